@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/perf"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+func init() {
+	register("bench", "measure: 'bench model' (prefill and decode speed of a model file)", runBench)
+}
+
+func runBench(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("which benchmark? 'bench model'")
+	}
+	switch args[0] {
+	case "model":
+		return runBenchModel(args[1:], stdout, stderr)
+	default:
+		return usagef("unknown benchmark %q (known: model)", args[0])
+	}
+}
+
+// modelBench is the JSON result of `bench model`.
+type modelBench struct {
+	Model                 string  `json:"model"`
+	WeightType            string  `json:"weight_type"`
+	Threads               int     `json:"threads"`
+	Kernels               string  `json:"kernels"`
+	PromptTokens          int     `json:"prompt_tokens"`
+	GenTokens             int     `json:"gen_tokens"`
+	PrefillTokensPerS     float64 `json:"prefill_tokens_per_s"`
+	DecodeTokensPerS      float64 `json:"decode_tokens_per_s"`
+	WeightBytesPerToken   int64   `json:"weight_bytes_per_token"`
+	ReadBandwidthBytesPS  float64 `json:"read_bandwidth_bytes_per_s"`
+	DecodeBandwidthBytesS float64 `json:"decode_weight_bytes_per_s"`
+	BandwidthFraction     float64 `json:"bandwidth_fraction"`
+	StartToFirstTokenMS   float64 `json:"start_to_first_token_ms"`
+}
+
+func runBenchModel(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench model", stderr)
+	var mf modelFlags
+	mf.register(fs)
+	promptN := fs.Int("prompt-tokens", 256, "prompt length for the prefill measurement")
+	genN := fs.Int("gen-tokens", 256, "tokens to decode for the decode measurement")
+	reps := fs.Int("reps", 3, "repetitions; the best is reported")
+	asJSON := fs.Bool("json", false, "print one JSON object on the last line")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *promptN < 1 || *genN < 1 || *reps < 1 {
+		return usagef("--prompt-tokens, --gen-tokens and --reps must be positive")
+	}
+	start := time.Now()
+	m, err := model.Open(mf.model, mf.tokenizer)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if *promptN+*genN > m.Config.ContextLen {
+		return usagef("--prompt-tokens %d + --gen-tokens %d exceed the model's context of %d", *promptN, *genN, m.Config.ContextLen)
+	}
+	pool := kernels.NewPool(mf.threads)
+	defer pool.Close()
+	r := m.NewRunner(pool, *promptN)
+	res := modelBench{Model: m.Name, WeightType: m.WeightType.String(), Threads: pool.Threads(), Kernels: kernels.Features(),
+		PromptTokens: *promptN, GenTokens: *genN, WeightBytesPerToken: m.WeightBytesPerToken()}
+
+	// Start to first token: load, one prompt pass, one sample; what a user
+	// of `bulkhead generate` waits for.
+	prompt := make([]int, *promptN)
+	for i := range prompt {
+		prompt[i] = 3 + (i*7919)%(m.Config.Vocab-3) // deterministic, avoids special tokens
+	}
+	prompt[0] = max(0, m.Tokenizer.BOS())
+	cache := model.NewDenseCache(&m.Config, *promptN+*genN)
+	logits := make([]float32, m.Config.Vocab)
+	seq := &model.Seq{Tokens: prompt[:min(8, len(prompt))], Cache: cache, Logits: logits}
+	if err := r.Forward([]*model.Seq{seq}); err != nil {
+		return err
+	}
+	sample.Greedy(logits)
+	res.StartToFirstTokenMS = float64(time.Since(start).Microseconds()) / 1000
+
+	var prefill, decode []float64
+	for rep := 0; rep < *reps; rep++ {
+		seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
+		t0 := time.Now()
+		if err := r.Forward([]*model.Seq{seq}); err != nil {
+			return err
+		}
+		prefill = append(prefill, float64(*promptN)/time.Since(t0).Seconds())
+		tok := []int{sample.Greedy(logits)}
+		t0 = time.Now()
+		for i := 0; i < *genN; i++ {
+			seq.Tokens, seq.Pos = tok, *promptN+i
+			if err := r.Forward([]*model.Seq{seq}); err != nil {
+				return err
+			}
+			tok[0] = sample.Greedy(logits)
+		}
+		decode = append(decode, float64(*genN)/time.Since(t0).Seconds())
+	}
+	res.PrefillTokensPerS = best(prefill)
+	res.DecodeTokensPerS = best(decode)
+	res.ReadBandwidthBytesPS = perf.ReadBandwidth(512<<20, pool.Threads(), 5)
+	res.DecodeBandwidthBytesS = res.DecodeTokensPerS * float64(res.WeightBytesPerToken)
+	res.BandwidthFraction = res.DecodeBandwidthBytesS / res.ReadBandwidthBytesPS
+
+	fmt.Fprintf(stdout, "model            %s (%s weights, %s kernels, %d threads)\n", res.Model, res.WeightType, res.Kernels, res.Threads)
+	fmt.Fprintf(stdout, "prefill          %.1f tokens/s (%d-token prompt, best of %d)\n", res.PrefillTokensPerS, *promptN, *reps)
+	fmt.Fprintf(stdout, "decode           %.1f tokens/s (%d tokens, best of %d)\n", res.DecodeTokensPerS, *genN, *reps)
+	fmt.Fprintf(stdout, "weights/token    %.1f MB\n", float64(res.WeightBytesPerToken)/1e6)
+	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s measured with %d threads; decode reaches %.1f GB/s = %.0f%%\n",
+		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9, 100*res.BandwidthFraction)
+	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)
+	if *asJSON {
+		b, _ := json.Marshal(res)
+		fmt.Fprintln(stdout, string(b))
+	}
+	return nil
+}
+
+func best(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)-1]
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/bulkhead-llm/bulkhead/internal/convert"
+	"github.com/bulkhead-llm/bulkhead/internal/embedded"
+	"github.com/bulkhead-llm/bulkhead/internal/llama2c"
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
+)
+
+func init() {
+	register("convert", "write a GGUF file from a llama2.c checkpoint, or a random model for benchmarks", runConvert)
+}
+
+func runConvert(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("convert", stderr)
+	checkpoint := fs.String("checkpoint", "", "llama2.c checkpoint to convert (default: the embedded stories260K)")
+	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer file for --checkpoint")
+	random := fs.String("random", "", "write a random-weight model of this shape instead: "+convert.ShapeNames())
+	seed := fs.Uint64("seed", 1, "seed for --random weights")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0")
+	out := fs.String("out", "", "output GGUF path (required)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out is required")
+	}
+	dt, err := tensor.ParseDType(*typ)
+	if err != nil {
+		return usageError{err}
+	}
+	var m *convert.Model
+	switch {
+	case *random != "" && *checkpoint != "":
+		return usagef("--random and --checkpoint are exclusive")
+	case *random != "":
+		shape, ok := convert.Shapes[*random]
+		if !ok {
+			return usagef("unknown shape %q (known: %s)", *random, convert.ShapeNames())
+		}
+		if m, err = convert.Random(shape, *seed); err != nil {
+			return err
+		}
+	default:
+		name, ckpt, tok := embedded.Name, embedded.Checkpoint, embedded.Tokenizer
+		if *checkpoint != "" {
+			if *tokPath == "" {
+				return usagef("--checkpoint needs --tokenizer")
+			}
+			if ckpt, err = os.ReadFile(*checkpoint); err != nil {
+				return err
+			}
+			if tok, err = os.ReadFile(*tokPath); err != nil {
+				return err
+			}
+			name = strings.TrimSuffix(filepath.Base(*checkpoint), filepath.Ext(*checkpoint))
+		}
+		c, err := llama2c.Parse(name, ckpt)
+		if err != nil {
+			return err
+		}
+		t, err := tokenizer.FromLlama2C(tok, c.Vocab)
+		if err != nil {
+			return fmt.Errorf("tokenizer: %w", err)
+		}
+		m = convert.FromLlama2C(name, c, t)
+	}
+	return writeFileAtomic(*out, func(w io.Writer) error { return convert.WriteGGUF(w, m, dt) })
+}
+
+// writeFileAtomic writes through a temporary file in the same directory and
+// renames it into place, so a failed conversion never leaves a truncated
+// model where a good one is expected.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	bw := bufio.NewWriterSize(f, 1<<20)
+	if err := write(bw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

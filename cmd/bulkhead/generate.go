@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+func init() {
+	register("generate", "print a completion of --prompt (one-shot, no server)", runGenerate)
+	register("license", "print the licence notice of the embedded default model", func(args []string, stdout, stderr io.Writer) error {
+		fmt.Fprint(stdout, embeddedLicense())
+		return nil
+	})
+}
+
+// modelFlags are the flags every command that loads a model shares.
+type modelFlags struct {
+	model, tokenizer string
+	threads          int
+}
+
+func (m *modelFlags) register(fs interface {
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+}) {
+	fs.StringVar(&m.model, "model", "", "model file: GGUF, or a llama2.c checkpoint with --tokenizer (default: the embedded stories260K)")
+	fs.StringVar(&m.tokenizer, "tokenizer", "", "llama2.c tokenizer file (only with a llama2.c --model)")
+	fs.IntVar(&m.threads, "threads", 0, "threads for matrix products (0: one per CPU)")
+}
+
+func runGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("generate", stderr)
+	var mf modelFlags
+	mf.register(fs)
+	prompt := fs.String("prompt", "", "text to complete (required)")
+	maxTokens := fs.Int("max-tokens", 128, "most tokens to generate")
+	temperature := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
+	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
+	topP := fs.Float64("top-p", 1, "nucleus sampling mass (1: off)")
+	seed := fs.Uint64("seed", 0, "random seed for sampling")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *prompt == "" {
+		return usagef("--prompt is required")
+	}
+	if *maxTokens < 1 {
+		return usagef("--max-tokens must be at least 1, got %d", *maxTokens)
+	}
+	params := sample.Params{Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), Seed: *seed}
+	if *temperature > math.MaxFloat32 {
+		params.Temperature = float32(math.Inf(1))
+	}
+	if err := params.Validate(); err != nil {
+		return usageError{err}
+	}
+	m, err := model.Open(mf.model, mf.tokenizer)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ids := m.Tokenizer.Encode(*prompt, true)
+	if len(ids)+*maxTokens > m.Config.ContextLen {
+		return usagef("prompt has %d tokens and --max-tokens is %d; together they exceed the model's context of %d tokens", len(ids), *maxTokens, m.Config.ContextLen)
+	}
+	pool := kernels.NewPool(mf.threads)
+	defer pool.Close()
+	r := m.NewRunner(pool, min(len(ids), 512))
+	cache := model.NewDenseCache(&m.Config, len(ids)+*maxTokens)
+	out := bufio.NewWriter(stdout)
+	dec := m.Tokenizer.NewDecoder(ids[len(ids)-1])
+	var werr error
+	_, err = r.Generate(ids, cache, *maxTokens, sample.New(params), func(tok int) bool {
+		if _, werr = out.WriteString(dec.Add(tok)); werr != nil {
+			return false
+		}
+		// Flush per token so a terminal shows the text as it is made.
+		werr = out.Flush()
+		return werr == nil
+	})
+	if err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	out.WriteString(dec.Flush())
+	return out.Flush()
+}

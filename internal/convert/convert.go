@@ -1,0 +1,158 @@
+// Package convert writes GGUF files: from llama2.c checkpoints, and random
+// models at realistic shapes for benchmarks.
+//
+// It owns the mapping from Bulkhead's model description to the GGUF keys
+// llama.cpp expects, so a file written here loads in llama.cpp as well as in
+// Bulkhead. It never reads model semantics back; package model does that.
+package convert
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/bulkhead-llm/bulkhead/internal/gguf"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
+)
+
+// ggml "file type" ids for general.file_type: what most tensors hold.
+var fileType = map[tensor.DType]uint32{
+	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q8_0: 7, tensor.BF16: 32,
+}
+
+// Types lists the tensor types the converter writes.
+func Types() []tensor.DType {
+	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0}
+}
+
+// Model is what the converter writes: an architecture, its tokenizer, and
+// float32 weights named as in GGUF (token_embd.weight, blk.N.attn_q.weight,
+// ...).
+type Model struct {
+	Name      string
+	Config    model.Config
+	Tokenizer tokenizer.Spec
+	Tensors   []tensor.Tensor // all F32
+}
+
+// WriteGGUF encodes m as GGUF with weight matrices in type t. Vectors (norm
+// weights) stay F32, as llama.cpp requires. A matrix whose rows are not a
+// whole number of t's blocks (the 172-wide feed-forward of stories260K with
+// a 32-element block type, say) is written as F16 instead, which is what
+// llama.cpp's own quantizer does for such tensors.
+func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
+	ft, ok := fileType[t]
+	if !ok {
+		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0)", t)
+	}
+	out := make([]tensor.Tensor, 0, len(m.Tensors))
+	for i := range m.Tensors {
+		src := &m.Tensors[i]
+		if src.Type != tensor.F32 {
+			return fmt.Errorf("convert: tensor %q is %s, want F32 input", src.Name, src.Type)
+		}
+		dt := t
+		if len(src.Shape) < 2 {
+			dt = tensor.F32
+		} else if src.Shape[0]%t.BlockSize() != 0 {
+			dt = tensor.F16
+		}
+		conv, err := Recode(src, dt)
+		if err != nil {
+			return err
+		}
+		out = append(out, conv)
+	}
+	kvs := Metadata(m, ft)
+	if err := gguf.Write(w, kvs, out); err != nil {
+		return fmt.Errorf("convert: %w", err)
+	}
+	return nil
+}
+
+// Recode returns src (F32) re-encoded as dt.
+func Recode(src *tensor.Tensor, dt tensor.DType) (tensor.Tensor, error) {
+	if dt == tensor.F32 {
+		return *src, nil
+	}
+	vals := make([]float32, src.Elements())
+	if err := tensor.Dequantize(tensor.F32, vals, src.Data); err != nil {
+		return tensor.Tensor{}, fmt.Errorf("convert: tensor %q: %w", src.Name, err)
+	}
+	size, err := dt.RowBytes(len(vals))
+	if err != nil {
+		return tensor.Tensor{}, fmt.Errorf("convert: tensor %q: %w", src.Name, err)
+	}
+	data := make([]byte, size)
+	if err := tensor.Quantize(dt, data, vals); err != nil {
+		return tensor.Tensor{}, fmt.Errorf("convert: tensor %q: %w", src.Name, err)
+	}
+	return tensor.Tensor{Name: src.Name, Type: dt, Shape: src.Shape, Data: data}, nil
+}
+
+// Metadata returns the GGUF keys describing m, in the order llama.cpp's own
+// converter writes them.
+func Metadata(m *Model, fileType uint32) []gguf.KV {
+	c := &m.Config
+	a := c.Arch
+	kvs := []gguf.KV{
+		{Key: "general.architecture", Value: a},
+		{Key: "general.name", Value: m.Name},
+		{Key: "general.file_type", Value: fileType},
+		{Key: "general.quantization_version", Value: uint32(2)},
+		{Key: a + ".vocab_size", Value: uint32(c.Vocab)},
+		{Key: a + ".context_length", Value: uint32(c.ContextLen)},
+		{Key: a + ".embedding_length", Value: uint32(c.Dim)},
+		{Key: a + ".block_count", Value: uint32(c.Layers)},
+		{Key: a + ".feed_forward_length", Value: uint32(c.Hidden)},
+		{Key: a + ".rope.dimension_count", Value: uint32(c.RopeDim)},
+		{Key: a + ".rope.freq_base", Value: float32(c.RopeTheta)},
+		{Key: a + ".attention.head_count", Value: uint32(c.Heads)},
+		{Key: a + ".attention.head_count_kv", Value: uint32(c.KVHeads)},
+		{Key: a + ".attention.layer_norm_rms_epsilon", Value: c.NormEps},
+	}
+	if c.HeadDim != c.Dim/c.Heads {
+		kvs = append(kvs, gguf.KV{Key: a + ".attention.key_length", Value: uint32(c.HeadDim)},
+			gguf.KV{Key: a + ".attention.value_length", Value: uint32(c.HeadDim)})
+	}
+	s := &m.Tokenizer
+	kvs = append(kvs,
+		gguf.KV{Key: "tokenizer.ggml.model", Value: s.Model},
+		gguf.KV{Key: "tokenizer.ggml.tokens", Value: s.Tokens},
+	)
+	if s.Pre != "" {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.pre", Value: s.Pre})
+	}
+	if s.Scores != nil {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.scores", Value: s.Scores})
+	}
+	if s.Types != nil {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.token_type", Value: s.Types})
+	}
+	if s.Merges != nil {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.merges", Value: s.Merges})
+	}
+	for _, id := range []struct {
+		key string
+		v   int
+	}{{"bos_token_id", s.BOS}, {"eos_token_id", s.EOS}, {"unknown_token_id", s.UNK}, {"padding_token_id", s.PAD}} {
+		if id.v >= 0 {
+			kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml." + id.key, Value: uint32(id.v)})
+		}
+	}
+	kvs = append(kvs,
+		gguf.KV{Key: "tokenizer.ggml.add_bos_token", Value: s.AddBOS},
+		gguf.KV{Key: "tokenizer.ggml.add_eos_token", Value: false},
+	)
+	if s.Model == "llama" {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.add_space_prefix", Value: s.AddSpacePrefix})
+	}
+	return kvs
+}
+
+// OutputName suggests a file name such as "stories260K-q8_0.gguf".
+func OutputName(name string, t tensor.DType) string {
+	return fmt.Sprintf("%s-%s.gguf", name, strings.ToLower(t.String()))
+}

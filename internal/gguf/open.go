@@ -1,0 +1,23 @@
+package gguf
+
+import "fmt"
+
+// Open memory-maps the GGUF file at path read-only and parses it. The
+// tensors' Data slices alias the mapping until Close. The file must not be
+// truncated or rewritten while it is open: the mapping would then fault on
+// access, which no check here can prevent.
+func Open(path string) (*File, error) {
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s%w", prefix(path), err)
+	}
+	f, err := parse(path, data)
+	if err != nil {
+		if uerr := unmap(); uerr != nil {
+			return nil, fmt.Errorf("%w (and unmap: %v)", err, uerr)
+		}
+		return nil, err
+	}
+	f.unmap = unmap
+	return f, nil
+}

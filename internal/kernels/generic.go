@@ -1,0 +1,155 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// Pure-Go kernels. They define the canonical results (see order.go): the
+// SIMD kernels are tested to agree with them bit for bit, and they run
+// wherever no SIMD path is available.
+
+// xBlockBytes is the size of one quantised activation block: a float32
+// scale followed by 32 int8 values. Keeping the scale in float32 (the
+// weights' own blocks use float16) loses nothing on the activation side.
+const xBlockBytes = 36
+
+// quantizeX encodes the activation row x (len a multiple of 32) into dst,
+// len(x)/32 blocks of xBlockBytes. It is the only quantiser of activations,
+// shared by every path, so the SIMD and Go kernels see the same integers.
+func quantizeX(dst []byte, x []float32) {
+	nb := len(x) / 32
+	dst = dst[:nb*xBlockBytes]
+	for b := 0; b < nb; b++ {
+		src := x[b*32 : b*32+32]
+		blk := dst[b*xBlockBytes : b*xBlockBytes+xBlockBytes]
+		var amax float32
+		for _, v := range src {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		d := amax / 127
+		var id float32
+		if d != 0 {
+			id = 1 / d
+		}
+		binary.LittleEndian.PutUint32(blk, math.Float32bits(d))
+		for j, v := range src {
+			q := math.RoundToEven(float64(float32(v * id)))
+			// |q| <= 127 keeps -128 out, which the sign trick in the
+			// SIMD kernels could not negate.
+			q = min(127, max(-127, q))
+			blk[4+j] = byte(int8(q))
+		}
+	}
+}
+
+// weightAt returns element c of a plain-typed (F32, F16, BF16) row.
+func weightAt(t tensor.DType, row []byte, c int) float32 {
+	switch t {
+	case tensor.F32:
+		return math.Float32frombits(binary.LittleEndian.Uint32(row[4*c:]))
+	case tensor.F16:
+		return tensor.F16ToF32(binary.LittleEndian.Uint16(row[2*c:]))
+	default: // BF16
+		return tensor.BF16ToF32(binary.LittleEndian.Uint16(row[2*c:]))
+	}
+}
+
+// dotPlainGo is the canonical dot product of a plain-typed row with x.
+func dotPlainGo(t tensor.DType, row []byte, x []float32) float32 {
+	n := len(x)
+	var acc [16]float32
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		for j := range acc {
+			acc[j] = fma32(weightAt(t, row, i+j), x[i+j], acc[j])
+		}
+	}
+	s := reduce16(&acc)
+	for ; i < n; i++ {
+		s = fma32(weightAt(t, row, i), x[i], s)
+	}
+	return s
+}
+
+// dotF32Go is dotPlainGo for float32 slices.
+func dotF32Go(a, b []float32) float32 {
+	n := len(a)
+	var acc [16]float32
+	i := 0
+	for ; i+16 <= n; i += 16 {
+		for j := range acc {
+			acc[j] = fma32(a[i+j], b[i+j], acc[j])
+		}
+	}
+	s := reduce16(&acc)
+	for ; i < n; i++ {
+		s = fma32(a[i], b[i], s)
+	}
+	return s
+}
+
+// dotQuantGo is the canonical dot product of a Q8_0 or Q4_0 row with a
+// quantised activation row xb of nb blocks.
+func dotQuantGo(t tensor.DType, row, xb []byte, nb int) float32 {
+	var acc [8]float32
+	var w [32]int32
+	bb := t.BlockBytes()
+	for b := 0; b < nb; b++ {
+		wb := row[b*bb : b*bb+bb]
+		xk := xb[b*xBlockBytes : b*xBlockBytes+xBlockBytes]
+		if t == tensor.Q8_0 {
+			for j := range w {
+				w[j] = int32(int8(wb[2+j]))
+			}
+		} else {
+			for j := 0; j < 16; j++ {
+				w[j] = int32(wb[2+j]&0x0f) - 8
+				w[16+j] = int32(wb[2+j]>>4) - 8
+			}
+		}
+		dw := tensor.F16ToF32(binary.LittleEndian.Uint16(wb))
+		dx := math.Float32frombits(binary.LittleEndian.Uint32(xk))
+		d := float32(dw * dx)
+		for k := range acc {
+			var s int32
+			for j := 4 * k; j < 4*k+4; j++ {
+				s += w[j] * int32(int8(xk[4+j]))
+			}
+			acc[k] = fma32(d, float32(s), acc[k])
+		}
+	}
+	return reduce8(&acc)
+}
+
+// matRowsGo computes out[i*ostride+r] for rows r in [r0, r1) and tokens
+// i < n. x holds the float activations (n rows of w.Cols) and xq their
+// quantised blocks (for Q8_0 and Q4_0 weights).
+func matRowsGo(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+	rb, _ := w.Type.RowBytes(w.Cols)
+	nb := w.Cols / 32
+	for r := r0; r < r1; r++ {
+		row := w.Data[r*rb : r*rb+rb]
+		for i := 0; i < n; i++ {
+			var v float32
+			switch w.Type {
+			case tensor.Q8_0, tensor.Q4_0:
+				v = dotQuantGo(w.Type, row, xq[i*nb*xBlockBytes:], nb)
+			default:
+				v = dotPlainGo(w.Type, row, x[i*w.Cols:i*w.Cols+w.Cols])
+			}
+			out[i*ostride+r] = v
+		}
+	}
+}
+
+// axpyGo is y += a·x with the product rounded before the add, as the SIMD
+// code does it (VMULPS then VADDPS).
+func axpyGo(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] = y[i] + float32(a*x[i])
+	}
+}

@@ -1,0 +1,70 @@
+package kernels
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+var allTypes = []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0}
+
+func quantType(t tensor.DType) bool { return t == tensor.Q8_0 || t == tensor.Q4_0 }
+
+// randFloats returns n values spread over a few orders of magnitude, with
+// both signs, the way activations and weights are.
+func randFloats(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
+	}
+	return v
+}
+
+// randMatrix returns a rows×cols matrix of type t and its values decoded
+// back to float32 (what the kernels actually multiply).
+func randMatrix(t *testing.T, rng *rand.Rand, typ tensor.DType, rows, cols int) (*Matrix, []float32) {
+	t.Helper()
+	src := randFloats(rng, rows*cols)
+	rb, err := typ.RowBytes(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, rows*rb)
+	dec := make([]float32, rows*cols)
+	for r := 0; r < rows; r++ {
+		if err := tensor.Quantize(typ, data[r*rb:r*rb+rb], src[r*cols:r*cols+cols]); err != nil {
+			t.Fatal(err)
+		}
+		if err := tensor.Dequantize(typ, dec[r*cols:r*cols+cols], data[r*rb:r*rb+rb]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Matrix{Type: typ, Rows: rows, Cols: cols, Data: data}, dec
+}
+
+// withPath runs f with the SIMD kernels on or off and restores the switch.
+func withPath(simd bool, f func()) {
+	old := useSIMD
+	useSIMD = simd
+	defer func() { useSIMD = old }()
+	f()
+}
+
+// firstBitDiff returns the index of the first value whose bits differ, or -1.
+func firstBitDiff(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+func needSIMD(t *testing.T) {
+	t.Helper()
+	if !hasAVX2 {
+		t.Skip("no SIMD kernels on this machine; the Go path is the only path")
+	}
+}

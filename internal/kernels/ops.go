@@ -1,0 +1,160 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// Features names the kernel path this process uses, e.g. "avx2 fma f16c" or
+// "generic", for logs and benchmark output. The path changes speed only,
+// never results.
+func Features() string {
+	if !useSIMD {
+		return "generic"
+	}
+	return features()
+}
+
+// RowTo decodes row r of w into dst (len(dst) >= w.Cols), as an embedding
+// lookup does. It panics if r is out of range.
+func RowTo(dst []float32, w *Matrix, r int) {
+	checkMatrix(w)
+	if r < 0 || r >= w.Rows {
+		panic(fmt.Sprintf("kernels: row %d of a %d-row matrix", r, w.Rows))
+	}
+	rb, _ := w.Type.RowBytes(w.Cols)
+	if err := tensor.Dequantize(w.Type, dst[:w.Cols], w.Data[r*rb:r*rb+rb]); err != nil {
+		panic("kernels: " + err.Error())
+	}
+}
+
+// Dot returns Σ a[i]·b[i] over len(a) elements (b may be longer), reduced in
+// the canonical order of order.go.
+func Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	if len(a) == 0 {
+		return 0
+	}
+	if useSIMD {
+		return dotSIMD(a, b)
+	}
+	return dotF32Go(a, b)
+}
+
+// Axpy adds a·x[i] to y[i] for i < len(y), the product rounded to float32
+// before the add.
+func Axpy(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	if len(y) == 0 {
+		return
+	}
+	if useSIMD {
+		axpySIMD(y, a, x)
+		return
+	}
+	axpyGo(y, a, x)
+}
+
+// RMSNorm sets out[i] = x[i] / sqrt(mean(x²)+eps) * weight[i] for i <
+// len(x). out may be x.
+func RMSNorm(out, x, weight []float32, eps float32) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	out, weight = out[:n], weight[:n]
+	ss := Dot(x, x)
+	mean := ss / float32(n)
+	scale := float32(1 / math.Sqrt(float64(mean+eps)))
+	for i, v := range x {
+		out[i] = float32(v*scale) * weight[i]
+	}
+}
+
+// Softmax replaces x with exp(x[i]-max x) / Σ exp(x[j]-max x). An empty x is
+// left alone.
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	m := x[0]
+	for _, v := range x[1:] {
+		m = max(m, v)
+	}
+	// Four partial sums, combined in a fixed order: the order depends on
+	// len(x) only.
+	var s [4]float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		for j := range s {
+			e := expf(x[i+j] - m)
+			x[i+j] = e
+			s[j] += e
+		}
+	}
+	sum := (s[0] + s[1]) + (s[2] + s[3])
+	for ; i < len(x); i++ {
+		e := expf(x[i] - m)
+		x[i] = e
+		sum += e
+	}
+	inv := 1 / sum
+	for i := range x {
+		x[i] *= inv
+	}
+}
+
+// SiLUMul sets a[i] = silu(a[i]) · b[i], silu(v) = v / (1+exp(-v)), for
+// i < len(a).
+func SiLUMul(a, b []float32) {
+	b = b[:len(a)]
+	for i, v := range a {
+		a[i] = float32(v/(1+expf(-v))) * b[i]
+	}
+}
+
+// Add sets dst[i] += src[i] for i < len(dst).
+func Add(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// expf is e^x in float32 to within about 2 ulp (Cephes' polynomial). It is
+// written out in float32 steps, each product converted explicitly so that
+// the compiler cannot fuse it into an FMA on some targets only: the result
+// must be the same on every machine. Results below the normal range flush
+// to 0.
+func expf(x float32) float32 {
+	switch {
+	case x != x:
+		return x
+	case x > 88.72283:
+		return float32(math.Inf(1))
+	case x < -87.33654:
+		return 0
+	}
+	const (
+		log2e = 1.44269504088896341
+		c1    = 0.693359375
+		c2    = -2.12194440e-4
+	)
+	n := float32(math.Floor(float64(float32(x*log2e)) + 0.5))
+	r := x - float32(n*c1)
+	r = r - float32(n*c2)
+	p := float32(1.9875691500e-4)
+	p = float32(p*r) + 1.3981999507e-3
+	p = float32(p*r) + 8.3334519073e-3
+	p = float32(p*r) + 4.1665795894e-2
+	p = float32(p*r) + 1.6666665459e-1
+	p = float32(p*r) + 5.0000001201e-1
+	y := float32(p*float32(r*r)) + r + 1
+	// Scale by 2^n in two steps so that n = -127 or 128 (possible at the
+	// range ends) does not need an out-of-range exponent.
+	k := int32(n)
+	h := k / 2
+	return y * math.Float32frombits(uint32(h+127)<<23) * math.Float32frombits(uint32(k-h+127)<<23)
+}

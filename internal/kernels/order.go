@@ -1,0 +1,64 @@
+package kernels
+
+import "math"
+
+// This file defines the canonical arithmetic that every path reproduces.
+//
+// F32, F16 and BF16 rows: 16 lane accumulators; lane j sums elements j,
+// j+16, j+32, ... with a single-rounding fused multiply-add, starting from
+// +0. The lanes are reduced by reduce16, and then the len%16 tail elements
+// are added one by one, again with fused multiply-adds.
+//
+// Q8_0 and Q4_0 rows against Q8_0-quantised activations: for each block b,
+// the scale is d = dw·dx (one float32 multiply), and 8 exact integer lane
+// sums s[k] = Σ_{j=4k..4k+3} w[j]·x[j] are formed. Lane k accumulates
+// acc[k] = fma(d, s[k], acc[k]) block by block. The lanes are reduced by
+// reduce8.
+//
+// Sixteen and eight lanes are what AVX2 holds in two and one ymm registers;
+// with four tokens sharing one pass over a weight row that is the most the
+// sixteen ymm registers can keep live.
+
+// fma32 returns a·b+c rounded once to float32, as VFMADD does.
+//
+// The product of two float32 values is exact in float64, and TwoSum gives
+// the exact error of the float64 sum. Rounding that sum to odd (forcing the
+// last bit to 1 when the sum was inexact) and then to float32 is a single
+// correct rounding, because float64 carries more than 24+2 bits; without the
+// odd step a sum landing on a float32 halfway point would be rounded twice.
+func fma32(a, b, c float32) float32 {
+	p := float64(float64(a) * float64(b))
+	cc := float64(c)
+	s := p + cc
+	bv := s - p
+	e := (p - (s - bv)) + (cc - bv)
+	if e != 0 {
+		bits := math.Float64bits(s)
+		if bits&1 == 0 {
+			if (e > 0) == (s > 0) {
+				bits++
+			} else {
+				bits--
+			}
+			s = math.Float64frombits(bits)
+		}
+	}
+	return float32(s)
+}
+
+// reduce8 sums eight lanes in the order the AVX2 code does: the upper half
+// onto the lower half, then again, then the last pair.
+func reduce8(l *[8]float32) float32 {
+	m0, m1, m2, m3 := l[0]+l[4], l[1]+l[5], l[2]+l[6], l[3]+l[7]
+	n0, n1 := m0+m2, m1+m3
+	return n0 + n1
+}
+
+// reduce16 adds lane j+8 onto lane j and then reduces the eight lanes.
+func reduce16(a *[16]float32) float32 {
+	var l [8]float32
+	for j := range l {
+		l[j] = a[j] + a[j+8]
+	}
+	return reduce8(&l)
+}

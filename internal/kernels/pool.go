@@ -1,0 +1,255 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// spinIters is how many times a waiting thread polls before it parks on a
+// channel. A decode step issues a MatMul every few tens of microseconds, so
+// polling for about that long keeps the wake-up off the scheduler's path;
+// parking after it keeps an idle Pool from burning a core.
+const spinIters = 1 << 15
+
+// minParallelWork is the number of multiply-adds below which MatMul runs on
+// the calling goroutine alone: under it, waking the workers costs more than
+// they save. The result is the same either way.
+const minParallelWork = 1 << 16
+
+// cacheLine pads shared counters apart so that polling one does not steal
+// the line another core writes.
+type cacheLine [64]byte
+
+type worker struct {
+	_        cacheLine
+	sleeping atomic.Bool
+	wake     chan struct{} // buffered 1; a send matches one sleeping=true→false
+	_        cacheLine
+}
+
+// Pool runs MatMul on a fixed set of worker goroutines plus the caller.
+// It also owns the scratch that quantised activations use. A Pool is used
+// by one goroutine at a time; Close must be called to end the workers.
+type Pool struct {
+	threads int
+	workers []*worker
+	wg      sync.WaitGroup
+
+	// The current job. The caller writes it before bumping gen and does not
+	// touch it again until pending reaches 0; workers read it after seeing
+	// the new gen. The atomics order both sides.
+	job struct {
+		w       *Matrix
+		x       []float32
+		xq      []byte
+		n       int
+		out     []float32
+		closing bool
+	}
+
+	_       cacheLine
+	gen     atomic.Uint32
+	_       cacheLine
+	pending atomic.Int32
+	_       cacheLine
+	waiting atomic.Bool   // the caller is parked on done
+	done    chan struct{} // buffered 1
+	_       cacheLine
+
+	xq     []byte // quantised activations, grown as needed
+	closed bool
+}
+
+// NewPool starts a Pool of threads threads, the caller counting as one, so
+// threads-1 worker goroutines are started. threads <= 0 means
+// runtime.NumCPU().
+func NewPool(threads int) *Pool {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	p := &Pool{threads: threads, done: make(chan struct{}, 1)}
+	for k := 1; k < threads; k++ {
+		w := &worker{wake: make(chan struct{}, 1)}
+		p.workers = append(p.workers, w)
+		p.wg.Add(1)
+		go p.work(k, w)
+	}
+	return p
+}
+
+// Threads is the number of threads MatMul splits its rows over.
+func (p *Pool) Threads() int { return p.threads }
+
+// Close stops the workers and waits for them. The Pool must not be used
+// afterwards; a second Close does nothing.
+func (p *Pool) Close() {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	p.job.closing = true
+	p.publish()
+	p.wg.Wait()
+}
+
+// publish starts the job in p.job on every worker.
+func (p *Pool) publish() {
+	p.pending.Store(int32(len(p.workers)))
+	p.gen.Add(1)
+	for _, w := range p.workers {
+		if w.sleeping.CompareAndSwap(true, false) {
+			w.wake <- struct{}{}
+		}
+	}
+}
+
+func (p *Pool) work(part int, w *worker) {
+	defer p.wg.Done()
+	var seen uint32
+	for {
+		seen = p.waitGen(w, seen)
+		if p.job.closing {
+			return
+		}
+		p.runPart(part)
+		if p.pending.Add(-1) == 0 && p.waiting.CompareAndSwap(true, false) {
+			p.done <- struct{}{}
+		}
+	}
+}
+
+// waitGen returns once gen differs from seen. After polling it marks the
+// worker asleep and re-checks gen, so that a publish either sees the mark
+// (and sends a wake-up) or happened before the re-check.
+func (p *Pool) waitGen(w *worker, seen uint32) uint32 {
+	for range spinIters {
+		if g := p.gen.Load(); g != seen {
+			return g
+		}
+	}
+	w.sleeping.Store(true)
+	if g := p.gen.Load(); g != seen {
+		if w.sleeping.CompareAndSwap(true, false) {
+			return g
+		}
+		<-w.wake // publish claimed the mark and has sent, or will
+		return g
+	}
+	<-w.wake
+	return p.gen.Load()
+}
+
+// waitDone returns when every worker has finished its part.
+func (p *Pool) waitDone() {
+	for range spinIters {
+		if p.pending.Load() == 0 {
+			return
+		}
+	}
+	p.waiting.Store(true)
+	if p.pending.Load() == 0 && p.waiting.CompareAndSwap(true, false) {
+		return
+	}
+	<-p.done
+}
+
+// partRows returns the rows of part k of parts: contiguous ranges whose
+// boundaries fall on multiples of 16 rows, so no two threads write the same
+// 64-byte line of out.
+func partRows(rows, parts, k int) (int, int) {
+	bound := func(k int) int {
+		if k >= parts {
+			return rows
+		}
+		return min(rows, (rows*k/parts+15)&^15)
+	}
+	return bound(k), bound(k + 1)
+}
+
+func (p *Pool) runPart(k int) {
+	j := &p.job
+	r0, r1 := partRows(j.w.Rows, p.threads, k)
+	if r0 < r1 {
+		matRows(j.w, r0, r1, j.x, j.xq, j.n, j.out, j.w.Rows)
+	}
+}
+
+// matRows dispatches to the SIMD or the pure-Go kernels.
+func matRows(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+	if useSIMD {
+		matRowsSIMD(w, r0, r1, x, xq, n, out, ostride)
+		return
+	}
+	matRowsGo(w, r0, r1, x, xq, n, out, ostride)
+}
+
+// MatMul computes out[i*w.Rows+r] = Σ_c w[r,c]·x[i*w.Cols+c] for every token
+// i < n and row r < w.Rows. For Q8_0 and Q4_0 weights each token's row of x
+// is first quantised to blocks of 32 int8 values with a float32 scale.
+//
+// The value for token i depends only on w and token i's row of x: not on n,
+// the other rows, the thread count or the CPU features, bit for bit.
+//
+// It panics if the shapes do not fit (a programming error, not an input
+// error): len(x) < n*w.Cols, len(out) < n*w.Rows, too little weight data,
+// an unsupported type, or Cols not a multiple of 32 for quantised types.
+func (p *Pool) MatMul(out []float32, w *Matrix, x []float32, n int) {
+	if p.closed {
+		panic("kernels: MatMul on a closed Pool")
+	}
+	checkMatrix(w)
+	if n < 0 || len(x) < n*w.Cols || len(out) < n*w.Rows {
+		panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs x of %d and out of %d floats, got %d and %d",
+			w.Rows, w.Cols, w.Type, n, n*w.Cols, n*w.Rows, len(x), len(out)))
+	}
+	if n == 0 || w.Rows == 0 {
+		return
+	}
+	var xq []byte
+	if w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 {
+		nb := w.Cols / 32
+		need := n * nb * xBlockBytes
+		if cap(p.xq) < need {
+			p.xq = make([]byte, need)
+		}
+		xq = p.xq[:need]
+		if nb > 0 {
+			for i := 0; i < n; i++ {
+				quantizeX(xq[i*nb*xBlockBytes:], x[i*w.Cols:i*w.Cols+w.Cols])
+			}
+		}
+	}
+	if w.Cols == 0 {
+		clear(out[:n*w.Rows])
+		return
+	}
+	if p.threads == 1 || w.Rows*w.Cols*n < minParallelWork {
+		matRows(w, 0, w.Rows, x, xq, n, out, w.Rows)
+		return
+	}
+	p.job.w, p.job.x, p.job.xq, p.job.n, p.job.out = w, x, xq, n, out
+	p.publish()
+	p.runPart(0)
+	p.waitDone()
+	p.job.w, p.job.x, p.job.xq, p.job.out = nil, nil, nil, nil
+}
+
+// checkMatrix panics unless w is a matrix the kernels can multiply.
+func checkMatrix(w *Matrix) {
+	switch w.Type {
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0:
+	default:
+		panic(fmt.Sprintf("kernels: no kernel for %s weights", w.Type))
+	}
+	rb, err := w.Type.RowBytes(w.Cols)
+	if err != nil || w.Rows < 0 {
+		panic(fmt.Sprintf("kernels: %dx%d %s matrix: %v", w.Rows, w.Cols, w.Type, err))
+	}
+	if len(w.Data) < w.Rows*rb {
+		panic(fmt.Sprintf("kernels: %dx%d %s matrix needs %d bytes, has %d", w.Rows, w.Cols, w.Type, w.Rows*rb, len(w.Data)))
+	}
+}

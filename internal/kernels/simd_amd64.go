@@ -1,0 +1,136 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// hasAVX2 reports whether this CPU (and OS) runs the AVX2+FMA+F16C kernels.
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+
+// useSIMD selects the assembly kernels. Tests clear it to run the pure-Go
+// kernels on the same inputs and demand identical bits.
+var useSIMD = hasAVX2
+
+func features() string {
+	if hasAVX2 {
+		return "avx2 fma f16c"
+	}
+	return "generic"
+}
+
+// Assembly kernels (simd_plain_amd64.s, simd_quant_amd64.s). The x1 forms
+// write out[r] for rows r < rows of one token; the x4 forms do four tokens
+// at once, token t reading x+t*xstride and writing out+t*ostride (strides
+// in bytes), so each weight row is loaded once for four tokens.
+
+//go:noescape
+func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+
+//go:noescape
+func matF32x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+
+//go:noescape
+func matF16x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+
+//go:noescape
+func matF16x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+
+//go:noescape
+func matBF16x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+
+//go:noescape
+func matBF16x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+
+//go:noescape
+func matQ8x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+
+//go:noescape
+func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ4x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+
+//go:noescape
+func matQ4x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func axpyAVX2(y *float32, a float32, x *float32, n int)
+
+// fmaAsm is VFMADD231SS, for testing fma32.
+//
+//go:noescape
+func fmaAsm(a, b, c float32) float32
+
+type plainX1 func(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+type plainX4 func(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+type quantX1 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+type quantX4 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+// tileBytes bounds the weight bytes one pass over the token groups covers,
+// so that with many tokens the tile stays in L2 while every group of four
+// tokens streams over it.
+const tileBytes = 128 << 10
+
+// matRowsSIMD is matRowsGo on the assembly kernels.
+func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+	rb, _ := w.Type.RowBytes(w.Cols)
+	cols := w.Cols
+	tile := r1 - r0
+	if n > 4 {
+		tile = max(1, min(tile, tileBytes/rb))
+	}
+	var p1 plainX1
+	var p4 plainX4
+	var q1 quantX1
+	var q4 quantX4
+	switch w.Type {
+	case tensor.F32:
+		p1, p4 = matF32x1, matF32x4
+	case tensor.F16:
+		p1, p4 = matF16x1, matF16x4
+	case tensor.BF16:
+		p1, p4 = matBF16x1, matBF16x4
+	case tensor.Q8_0:
+		q1, q4 = matQ8x1, matQ8x4
+	default: // tensor.Q4_0
+		q1, q4 = matQ4x1, matQ4x4
+	}
+	nb := cols / 32
+	xs := nb * xBlockBytes
+	for t0 := r0; t0 < r1; t0 += tile {
+		rows := min(tile, r1-t0)
+		wp := unsafe.Pointer(&w.Data[t0*rb])
+		i := 0
+		if p1 != nil {
+			for ; i+4 <= n; i += 4 {
+				p4(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride+t0], ostride*4)
+			}
+			for ; i < n; i++ {
+				p1(wp, rb, rows, &x[i*cols], cols, &out[i*ostride+t0])
+			}
+			continue
+		}
+		for ; i+4 <= n; i += 4 {
+			q4(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride+t0], ostride*4)
+		}
+		for ; i < n; i++ {
+			q1(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), nb, &out[i*ostride+t0])
+		}
+	}
+}
+
+func dotSIMD(a, b []float32) float32 {
+	var r float32
+	matF32x1(unsafe.Pointer(&a[0]), 0, 1, &b[0], len(a), &r)
+	return r
+}
+
+func axpySIMD(y []float32, a float32, x []float32) {
+	axpyAVX2(&y[0], a, &x[:len(y)][0], len(y))
+}

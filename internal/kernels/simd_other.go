@@ -1,0 +1,24 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// No SIMD kernels on this architecture (or with the purego tag): the
+// pure-Go kernels run, with the same results.
+
+var hasAVX2 = false
+
+var useSIMD = false
+
+func features() string { return "generic" }
+
+func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+	panic("kernels: no SIMD kernels on this architecture")
+}
+
+func dotSIMD(a, b []float32) float32 { panic("kernels: no SIMD kernels on this architecture") }
+
+func axpySIMD(y []float32, a float32, x []float32) {
+	panic("kernels: no SIMD kernels on this architecture")
+}
+
+func fmaAsm(a, b, c float32) float32 { return fma32(a, b, c) }

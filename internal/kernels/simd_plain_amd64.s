@@ -1,0 +1,464 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "simd_amd64.h"
+
+// AVX2+FMA+F16C kernels for F32, F16 and BF16 weights.
+
+// Weight loads for the plain types: 16 elements at index AX into Y8, Y9,
+// or one element into X8.
+#define LOAD16_F32 \
+	VMOVUPS (SI)(AX*4), Y8; \
+	VMOVUPS 32(SI)(AX*4), Y9
+#define LOAD1_F32 \
+	VMOVSS (SI)(AX*4), X8
+
+#define LOAD16_F16 \
+	VCVTPH2PS (SI)(AX*2), Y8; \
+	VCVTPH2PS 16(SI)(AX*2), Y9
+#define LOAD1_F16 \
+	MOVWLZX (SI)(AX*2), R9; \
+	VMOVD R9, X8; \
+	VCVTPH2PS X8, X8
+
+#define LOAD16_BF16 \
+	VPMOVZXWD (SI)(AX*2), Y8; \
+	VPMOVZXWD 16(SI)(AX*2), Y9; \
+	VPSLLD $16, Y8, Y8; \
+	VPSLLD $16, Y9, Y9
+#define LOAD1_BF16 \
+	MOVWLZX (SI)(AX*2), R9; \
+	SHLL $16, R9; \
+	VMOVD R9, X8
+
+// func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+TEXT ·matF32x1(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R12
+	MOVQ rows+16(FP), R13
+	MOVQ x+24(FP), R8
+	MOVQ cols+32(FP), DX
+	MOVQ out+40(FP), DI
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	TESTQ R13, R13
+	JZ F32x1done
+
+F32x1row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE F32x1reduce
+
+F32x1loop:
+	LOAD16_F32
+	VFMADD231PS (R8)(AX*4), Y8, Y0
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT F32x1loop
+
+F32x1reduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	CMPQ AX, DX
+	JGE F32x1store
+
+F32x1tail:
+	LOAD1_F32
+	VFMADD231SS (R8)(AX*4), X8, X0
+	INCQ AX
+	CMPQ AX, DX
+	JLT F32x1tail
+
+F32x1store:
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ F32x1row
+
+F32x1done:
+	VZEROUPPER
+	RET
+
+// func matF32x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+TEXT ·matF32x4(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R12
+	MOVQ rows+16(FP), R13
+	MOVQ x+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R10
+	LEAQ (R10)(CX*1), R11
+	LEAQ (R11)(CX*1), CX
+	MOVQ cols+40(FP), DX
+	MOVQ out+48(FP), DI
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	TESTQ R13, R13
+	JZ F32x4done
+
+F32x4row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE F32x4reduce
+
+F32x4loop:
+	LOAD16_F32
+	VFMADD231PS (R8)(AX*4), Y8, Y0
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1
+	VFMADD231PS (R10)(AX*4), Y8, Y2
+	VFMADD231PS 32(R10)(AX*4), Y9, Y3
+	VFMADD231PS (R11)(AX*4), Y8, Y4
+	VFMADD231PS 32(R11)(AX*4), Y9, Y5
+	VFMADD231PS (CX)(AX*4), Y8, Y6
+	VFMADD231PS 32(CX)(AX*4), Y9, Y7
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT F32x4loop
+
+F32x4reduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	REDUCE16(Y2, Y3, X2, X13)
+	REDUCE16(Y4, Y5, X4, X14)
+	REDUCE16(Y6, Y7, X6, X15)
+	CMPQ AX, DX
+	JGE F32x4store
+
+F32x4tail:
+	LOAD1_F32
+	VFMADD231SS (R8)(AX*4), X8, X0
+	VFMADD231SS (R10)(AX*4), X8, X2
+	VFMADD231SS (R11)(AX*4), X8, X4
+	VFMADD231SS (CX)(AX*4), X8, X6
+	INCQ AX
+	CMPQ AX, DX
+	JLT F32x4tail
+
+F32x4store:
+	MOVQ ostride+56(FP), AX
+	VMOVSS X0, (DI)
+	VMOVSS X2, (DI)(AX*1)
+	VMOVSS X4, (DI)(AX*2)
+	LEAQ (DI)(AX*2), R9
+	VMOVSS X6, (R9)(AX*1)
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ F32x4row
+
+F32x4done:
+	VZEROUPPER
+	RET
+
+// func matF16x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+TEXT ·matF16x1(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R12
+	MOVQ rows+16(FP), R13
+	MOVQ x+24(FP), R8
+	MOVQ cols+32(FP), DX
+	MOVQ out+40(FP), DI
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	TESTQ R13, R13
+	JZ F16x1done
+
+F16x1row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE F16x1reduce
+
+F16x1loop:
+	LOAD16_F16
+	VFMADD231PS (R8)(AX*4), Y8, Y0
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT F16x1loop
+
+F16x1reduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	CMPQ AX, DX
+	JGE F16x1store
+
+F16x1tail:
+	LOAD1_F16
+	VFMADD231SS (R8)(AX*4), X8, X0
+	INCQ AX
+	CMPQ AX, DX
+	JLT F16x1tail
+
+F16x1store:
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ F16x1row
+
+F16x1done:
+	VZEROUPPER
+	RET
+
+// func matF16x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+TEXT ·matF16x4(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R12
+	MOVQ rows+16(FP), R13
+	MOVQ x+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R10
+	LEAQ (R10)(CX*1), R11
+	LEAQ (R11)(CX*1), CX
+	MOVQ cols+40(FP), DX
+	MOVQ out+48(FP), DI
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	TESTQ R13, R13
+	JZ F16x4done
+
+F16x4row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE F16x4reduce
+
+F16x4loop:
+	LOAD16_F16
+	VFMADD231PS (R8)(AX*4), Y8, Y0
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1
+	VFMADD231PS (R10)(AX*4), Y8, Y2
+	VFMADD231PS 32(R10)(AX*4), Y9, Y3
+	VFMADD231PS (R11)(AX*4), Y8, Y4
+	VFMADD231PS 32(R11)(AX*4), Y9, Y5
+	VFMADD231PS (CX)(AX*4), Y8, Y6
+	VFMADD231PS 32(CX)(AX*4), Y9, Y7
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT F16x4loop
+
+F16x4reduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	REDUCE16(Y2, Y3, X2, X13)
+	REDUCE16(Y4, Y5, X4, X14)
+	REDUCE16(Y6, Y7, X6, X15)
+	CMPQ AX, DX
+	JGE F16x4store
+
+F16x4tail:
+	LOAD1_F16
+	VFMADD231SS (R8)(AX*4), X8, X0
+	VFMADD231SS (R10)(AX*4), X8, X2
+	VFMADD231SS (R11)(AX*4), X8, X4
+	VFMADD231SS (CX)(AX*4), X8, X6
+	INCQ AX
+	CMPQ AX, DX
+	JLT F16x4tail
+
+F16x4store:
+	MOVQ ostride+56(FP), AX
+	VMOVSS X0, (DI)
+	VMOVSS X2, (DI)(AX*1)
+	VMOVSS X4, (DI)(AX*2)
+	LEAQ (DI)(AX*2), R9
+	VMOVSS X6, (R9)(AX*1)
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ F16x4row
+
+F16x4done:
+	VZEROUPPER
+	RET
+
+// func matBF16x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+TEXT ·matBF16x1(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R12
+	MOVQ rows+16(FP), R13
+	MOVQ x+24(FP), R8
+	MOVQ cols+32(FP), DX
+	MOVQ out+40(FP), DI
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	TESTQ R13, R13
+	JZ BF16x1done
+
+BF16x1row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE BF16x1reduce
+
+BF16x1loop:
+	LOAD16_BF16
+	VFMADD231PS (R8)(AX*4), Y8, Y0
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT BF16x1loop
+
+BF16x1reduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	CMPQ AX, DX
+	JGE BF16x1store
+
+BF16x1tail:
+	LOAD1_BF16
+	VFMADD231SS (R8)(AX*4), X8, X0
+	INCQ AX
+	CMPQ AX, DX
+	JLT BF16x1tail
+
+BF16x1store:
+	VMOVSS X0, (DI)
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ BF16x1row
+
+BF16x1done:
+	VZEROUPPER
+	RET
+
+// func matBF16x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+TEXT ·matBF16x4(SB), NOSPLIT, $0-64
+	MOVQ w+0(FP), SI
+	MOVQ rowBytes+8(FP), R12
+	MOVQ rows+16(FP), R13
+	MOVQ x+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R10
+	LEAQ (R10)(CX*1), R11
+	LEAQ (R11)(CX*1), CX
+	MOVQ cols+40(FP), DX
+	MOVQ out+48(FP), DI
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	TESTQ R13, R13
+	JZ BF16x4done
+
+BF16x4row:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE BF16x4reduce
+
+BF16x4loop:
+	LOAD16_BF16
+	VFMADD231PS (R8)(AX*4), Y8, Y0
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1
+	VFMADD231PS (R10)(AX*4), Y8, Y2
+	VFMADD231PS 32(R10)(AX*4), Y9, Y3
+	VFMADD231PS (R11)(AX*4), Y8, Y4
+	VFMADD231PS 32(R11)(AX*4), Y9, Y5
+	VFMADD231PS (CX)(AX*4), Y8, Y6
+	VFMADD231PS 32(CX)(AX*4), Y9, Y7
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT BF16x4loop
+
+BF16x4reduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	REDUCE16(Y2, Y3, X2, X13)
+	REDUCE16(Y4, Y5, X4, X14)
+	REDUCE16(Y6, Y7, X6, X15)
+	CMPQ AX, DX
+	JGE BF16x4store
+
+BF16x4tail:
+	LOAD1_BF16
+	VFMADD231SS (R8)(AX*4), X8, X0
+	VFMADD231SS (R10)(AX*4), X8, X2
+	VFMADD231SS (R11)(AX*4), X8, X4
+	VFMADD231SS (CX)(AX*4), X8, X6
+	INCQ AX
+	CMPQ AX, DX
+	JLT BF16x4tail
+
+BF16x4store:
+	MOVQ ostride+56(FP), AX
+	VMOVSS X0, (DI)
+	VMOVSS X2, (DI)(AX*1)
+	VMOVSS X4, (DI)(AX*2)
+	LEAQ (DI)(AX*2), R9
+	VMOVSS X6, (R9)(AX*1)
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ BF16x4row
+
+BF16x4done:
+	VZEROUPPER
+	RET
+
+// func axpyAVX2(y *float32, a float32, x *float32, n int)
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	VBROADCASTSS a+8(FP), Y1
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), DX
+	MOVQ DX, BX
+	ANDQ $-8, BX
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE axpytail0
+
+axpyloop:
+	VMULPS (SI)(AX*4), Y1, Y2
+	VADDPS (DI)(AX*4), Y2, Y2
+	VMOVUPS Y2, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, BX
+	JLT axpyloop
+
+axpytail0:
+	CMPQ AX, DX
+	JGE axpydone
+
+axpytail:
+	VMULSS (SI)(AX*4), X1, X2
+	VADDSS (DI)(AX*4), X2, X2
+	VMOVSS X2, (DI)(AX*4)
+	INCQ AX
+	CMPQ AX, DX
+	JLT axpytail
+
+axpydone:
+	VZEROUPPER
+	RET
+
+// func fmaAsm(a, b, c float32) float32
+TEXT ·fmaAsm(SB), NOSPLIT, $0-20
+	VMOVSS a+0(FP), X0
+	VMOVSS b+4(FP), X1
+	VMOVSS c+8(FP), X2
+	VFMADD231SS X1, X0, X2
+	VMOVSS X2, ret+16(FP)
+	RET

@@ -1,0 +1,66 @@
+package model
+
+import "fmt"
+
+// Span is a run of consecutive positions of one layer's keys and values,
+// laid out token-major: K[t*KVDim:(t+1)*KVDim] is the key of the span's t-th
+// token. K and V always have the same length.
+type Span struct {
+	K, V []float32
+}
+
+// Tokens is the number of positions the span holds.
+func (s Span) Tokens(kvDim int) int { return len(s.K) / kvDim }
+
+// SeqCache is one sequence's key/value storage as the forward pass sees it.
+//
+// The model only ever writes the slot for a position it is computing and
+// reads back positions [0, n) of the same sequence; it never learns where
+// the storage lives. That is the seam where package kv puts paged,
+// owner-tagged pages: Spans returns one Span per page and checks the page's
+// owner tag once per page, so a stale or foreign page fails the request
+// instead of feeding attention.
+type SeqCache interface {
+	// Slot returns the storage for the key and value of position pos in
+	// layer, each KVDim floats, for the forward pass to fill.
+	Slot(layer, pos int) (k, v []float32, err error)
+	// Spans appends to dst the stored keys and values of positions [0, n) of
+	// layer, in position order, and returns the extended slice.
+	Spans(dst []Span, layer, n int) ([]Span, error)
+}
+
+// DenseCache is a SeqCache over one contiguous buffer: the simplest storage,
+// used by `bulkhead generate` and as the reference that paged storage must
+// agree with bit for bit.
+type DenseCache struct {
+	kvDim, capacity int
+	k, v            []float32 // [layer][pos][kvDim]
+}
+
+// NewDenseCache returns storage for up to capacity positions of a model with
+// the given shape.
+func NewDenseCache(c *Config, capacity int) *DenseCache {
+	n := c.Layers * capacity * c.KVDim()
+	return &DenseCache{kvDim: c.KVDim(), capacity: capacity, k: make([]float32, n), v: make([]float32, n)}
+}
+
+// Capacity is the number of positions the cache can hold.
+func (d *DenseCache) Capacity() int { return d.capacity }
+
+// Slot implements SeqCache.
+func (d *DenseCache) Slot(layer, pos int) (k, v []float32, err error) {
+	if pos < 0 || pos >= d.capacity {
+		return nil, nil, fmt.Errorf("kv cache: position %d outside capacity %d", pos, d.capacity)
+	}
+	off := (layer*d.capacity + pos) * d.kvDim
+	return d.k[off : off+d.kvDim], d.v[off : off+d.kvDim], nil
+}
+
+// Spans implements SeqCache.
+func (d *DenseCache) Spans(dst []Span, layer, n int) ([]Span, error) {
+	if n < 0 || n > d.capacity {
+		return dst, fmt.Errorf("kv cache: %d positions requested, capacity %d", n, d.capacity)
+	}
+	off := layer * d.capacity * d.kvDim
+	return append(dst, Span{K: d.k[off : off+n*d.kvDim], V: d.v[off : off+n*d.kvDim]}), nil
+}

@@ -1,0 +1,307 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+)
+
+// Seq is one sequence's share of a forward pass: the tokens to feed at
+// positions Pos, Pos+1, ..., and where to put the results.
+type Seq struct {
+	Tokens []int
+	Pos    int      // position of Tokens[0]; positions before it are in Cache
+	Cache  SeqCache // must already have room for Pos+len(Tokens) positions
+	// Logits, when non-nil, receives the logits of the last token
+	// (Config.Vocab values). Chunks of a prompt that do not end it leave it
+	// nil and skip the classifier.
+	Logits []float32
+	// Err is set by Forward when this sequence failed (for example its KV
+	// storage refused a read). The other sequences of the batch are
+	// unaffected.
+	Err error
+}
+
+// ErrBatchTooLarge is returned when a batch holds more tokens than the
+// Runner was sized for.
+var ErrBatchTooLarge = errors.New("model: batch exceeds the runner's token capacity")
+
+// Runner runs forward passes of one Model. It holds the scratch memory for
+// up to MaxTokens tokens per call, so steady-state forward passes do not
+// allocate. A Runner is not safe for concurrent use; the engine owns one.
+type Runner struct {
+	m    *Model
+	pool *kernels.Pool
+	max  int
+
+	x, xb, xb2 []float32 // [n][Dim]
+	q          []float32 // [n][Heads*HeadDim]
+	k, v       []float32 // [n][KVDim]
+	hb, hb2    []float32 // [n][Hidden]
+	att        []float32 // [n][Heads*HeadDim]
+	logits     []float32 // [nLogits][Vocab]
+	scores     []float32 // [ContextLen]
+	cos, sin   []float32 // [n][RopeDim/2]
+	spans      [][]Span  // per sequence, reused
+	tokSeq     []int32   // token -> index in the batch
+	tokPos     []int32   // token -> position
+	lastRow    []int32   // sequences needing logits -> their last token's row
+	failed     []bool
+}
+
+// NewRunner returns a Runner for batches of up to maxTokens tokens in all,
+// computing matrix products on pool.
+func (m *Model) NewRunner(pool *kernels.Pool, maxTokens int) *Runner {
+	c := &m.Config
+	qd := c.Heads * c.HeadDim
+	r := &Runner{m: m, pool: pool, max: maxTokens}
+	r.x = make([]float32, maxTokens*c.Dim)
+	r.xb = make([]float32, maxTokens*c.Dim)
+	r.xb2 = make([]float32, maxTokens*c.Dim)
+	r.q = make([]float32, maxTokens*qd)
+	r.att = make([]float32, maxTokens*qd)
+	r.k = make([]float32, maxTokens*c.KVDim())
+	r.v = make([]float32, maxTokens*c.KVDim())
+	r.hb = make([]float32, maxTokens*c.Hidden)
+	r.hb2 = make([]float32, maxTokens*c.Hidden)
+	r.scores = make([]float32, c.ContextLen)
+	r.cos = make([]float32, maxTokens*c.RopeDim/2)
+	r.sin = make([]float32, maxTokens*c.RopeDim/2)
+	r.tokSeq = make([]int32, maxTokens)
+	r.tokPos = make([]int32, maxTokens)
+	return r
+}
+
+// MaxTokens is the most tokens one Forward call may carry.
+func (r *Runner) MaxTokens() int { return r.max }
+
+// Forward runs every sequence's tokens through the model, writing their
+// keys and values into their caches and, where asked, the last token's
+// logits. A sequence whose cache fails gets Err set and its rows are
+// dropped; the call as a whole fails only for a malformed batch.
+func (r *Runner) Forward(seqs []*Seq) error {
+	m, c := r.m, &r.m.Config
+	n := 0
+	for i, s := range seqs {
+		s.Err = nil
+		if len(s.Tokens) == 0 {
+			return fmt.Errorf("model: sequence %d of the batch has no tokens", i)
+		}
+		if s.Pos < 0 || s.Pos+len(s.Tokens) > c.ContextLen {
+			return fmt.Errorf("model: sequence %d spans positions [%d, %d), the model's context is %d", i, s.Pos, s.Pos+len(s.Tokens), c.ContextLen)
+		}
+		if s.Logits != nil && len(s.Logits) != c.Vocab {
+			return fmt.Errorf("model: sequence %d has a logits buffer of %d, want %d", i, len(s.Logits), c.Vocab)
+		}
+		n += len(s.Tokens)
+	}
+	if n > r.max {
+		return fmt.Errorf("%w: %d tokens, capacity %d", ErrBatchTooLarge, n, r.max)
+	}
+	if cap(r.failed) < len(seqs) {
+		r.failed = make([]bool, len(seqs))
+		r.spans = make([][]Span, len(seqs))
+	}
+	r.failed = r.failed[:len(seqs)]
+	clear(r.failed)
+
+	// Embed and index tokens.
+	row := 0
+	for i, s := range seqs {
+		for j, tok := range s.Tokens {
+			if tok < 0 || tok >= c.Vocab {
+				return fmt.Errorf("model: sequence %d has token id %d outside the vocabulary of %d", i, tok, c.Vocab)
+			}
+			kernels.RowTo(r.x[row*c.Dim:(row+1)*c.Dim], &m.Embed, tok)
+			r.tokSeq[row] = int32(i)
+			r.tokPos[row] = int32(s.Pos + j)
+			r.ropeTables(row, s.Pos+j)
+			row++
+		}
+	}
+
+	for l := range m.Layers {
+		r.layer(l, seqs, n)
+	}
+
+	// Classifier only for the rows that need logits.
+	r.lastRow = r.lastRow[:0]
+	row = 0
+	for i, s := range seqs {
+		row += len(s.Tokens)
+		if s.Logits != nil && !r.failed[i] {
+			r.lastRow = append(r.lastRow, int32(row-1))
+		}
+	}
+	nl := len(r.lastRow)
+	if nl == 0 {
+		return nil
+	}
+	for j, src := range r.lastRow {
+		kernels.RMSNorm(r.xb[j*c.Dim:(j+1)*c.Dim], r.x[int(src)*c.Dim:(int(src)+1)*c.Dim], m.OutNorm, c.NormEps)
+	}
+	if cap(r.logits) < nl*c.Vocab {
+		r.logits = make([]float32, nl*c.Vocab)
+	}
+	r.pool.MatMul(r.logits[:nl*c.Vocab], &m.Output, r.xb[:nl*c.Dim], nl)
+	j := 0
+	for i, s := range seqs {
+		if s.Logits != nil && !r.failed[i] {
+			copy(s.Logits, r.logits[j*c.Vocab:(j+1)*c.Vocab])
+			j++
+		}
+	}
+	return nil
+}
+
+// ropeTables fills the rotation cosines and sines for one token. Frequencies
+// follow the reference implementation in float32 so that greedy text matches
+// it byte for byte.
+func (r *Runner) ropeTables(row, pos int) {
+	c := &r.m.Config
+	half := c.RopeDim / 2
+	p := float32(pos)
+	if c.RopeScale != 1 {
+		p = float32(float64(pos) / c.RopeScale)
+	}
+	for i := 0; i < half; i++ {
+		exp := float32(2*i) / float32(c.RopeDim)
+		freq := 1 / float32(math.Pow(c.RopeTheta, float64(exp)))
+		if c.RopeFreqFactors != nil {
+			freq /= c.RopeFreqFactors[i]
+		}
+		val := p * freq
+		r.cos[row*half+i] = float32(math.Cos(float64(val)))
+		r.sin[row*half+i] = float32(math.Sin(float64(val)))
+	}
+}
+
+// rope rotates one head in place.
+func (r *Runner) rope(head []float32, row int) {
+	c := &r.m.Config
+	half := c.RopeDim / 2
+	cos, sin := r.cos[row*half:(row+1)*half], r.sin[row*half:(row+1)*half]
+	if c.RopeStyle == RopeAdjacent {
+		for i := 0; i < half; i++ {
+			v0, v1 := head[2*i], head[2*i+1]
+			head[2*i] = v0*cos[i] - v1*sin[i]
+			head[2*i+1] = v0*sin[i] + v1*cos[i]
+		}
+		return
+	}
+	for i := 0; i < half; i++ {
+		v0, v1 := head[i], head[i+half]
+		head[i] = v0*cos[i] - v1*sin[i]
+		head[i+half] = v0*sin[i] + v1*cos[i]
+	}
+}
+
+func (r *Runner) layer(l int, seqs []*Seq, n int) {
+	m, c := r.m, &r.m.Config
+	w := &m.Layers[l]
+	D, KVD, HD := c.Dim, c.KVDim(), c.HeadDim
+	QD := c.Heads * HD
+
+	for t := 0; t < n; t++ {
+		kernels.RMSNorm(r.xb[t*D:(t+1)*D], r.x[t*D:(t+1)*D], w.AttnNorm, c.NormEps)
+	}
+	r.pool.MatMul(r.q[:n*QD], &w.Q, r.xb[:n*D], n)
+	r.pool.MatMul(r.k[:n*KVD], &w.K, r.xb[:n*D], n)
+	r.pool.MatMul(r.v[:n*KVD], &w.V, r.xb[:n*D], n)
+	for t := 0; t < n; t++ {
+		q, k, v := r.q[t*QD:(t+1)*QD], r.k[t*KVD:(t+1)*KVD], r.v[t*KVD:(t+1)*KVD]
+		if w.QBias != nil {
+			kernels.Add(q, w.QBias)
+			kernels.Add(k, w.KBias)
+			kernels.Add(v, w.VBias)
+		}
+		for h := 0; h < c.Heads; h++ {
+			r.rope(q[h*HD:(h+1)*HD], t)
+		}
+		for h := 0; h < c.KVHeads; h++ {
+			r.rope(k[h*HD:(h+1)*HD], t)
+		}
+	}
+
+	// Store keys and values, then gather each sequence's spans once per layer.
+	row := 0
+	for i, s := range seqs {
+		if !r.failed[i] {
+			for j := range s.Tokens {
+				t := row + j
+				kd, vd, err := s.Cache.Slot(l, s.Pos+j)
+				if err != nil {
+					r.fail(i, s, err)
+					break
+				}
+				copy(kd, r.k[t*KVD:(t+1)*KVD])
+				copy(vd, r.v[t*KVD:(t+1)*KVD])
+			}
+		}
+		if !r.failed[i] {
+			var err error
+			r.spans[i], err = s.Cache.Spans(r.spans[i][:0], l, s.Pos+len(s.Tokens))
+			if err != nil {
+				r.fail(i, s, err)
+			}
+		}
+		row += len(s.Tokens)
+	}
+
+	// Attention, token by token: each token sees its own sequence's
+	// positions [0, pos] and nothing else.
+	scale := float32(math.Sqrt(float64(HD)))
+	group := c.Heads / c.KVHeads
+	for t := 0; t < n; t++ {
+		si := r.tokSeq[t]
+		out := r.att[t*QD : (t+1)*QD]
+		if r.failed[si] {
+			clear(out)
+			continue
+		}
+		pos := int(r.tokPos[t])
+		spans := r.spans[si]
+		for h := 0; h < c.Heads; h++ {
+			q := r.q[t*QD+h*HD : t*QD+(h+1)*HD]
+			koff := (h / group) * HD
+			scores := r.scores[:pos+1]
+			p := 0
+			for _, sp := range spans {
+				for off := 0; off < len(sp.K) && p <= pos; off += KVD {
+					scores[p] = kernels.Dot(q, sp.K[off+koff:off+koff+HD]) / scale
+					p++
+				}
+			}
+			kernels.Softmax(scores)
+			o := out[h*HD : (h+1)*HD]
+			clear(o)
+			p = 0
+			for _, sp := range spans {
+				for off := 0; off < len(sp.V) && p <= pos; off += KVD {
+					kernels.Axpy(o, scores[p], sp.V[off+koff:off+koff+HD])
+					p++
+				}
+			}
+		}
+	}
+
+	r.pool.MatMul(r.xb2[:n*D], &w.O, r.att[:n*QD], n)
+	kernels.Add(r.x[:n*D], r.xb2[:n*D])
+
+	H := c.Hidden
+	for t := 0; t < n; t++ {
+		kernels.RMSNorm(r.xb[t*D:(t+1)*D], r.x[t*D:(t+1)*D], w.FFNNorm, c.NormEps)
+	}
+	r.pool.MatMul(r.hb[:n*H], &w.Gate, r.xb[:n*D], n)
+	r.pool.MatMul(r.hb2[:n*H], &w.Up, r.xb[:n*D], n)
+	kernels.SiLUMul(r.hb[:n*H], r.hb2[:n*H])
+	r.pool.MatMul(r.xb2[:n*D], &w.Down, r.hb[:n*H], n)
+	kernels.Add(r.x[:n*D], r.xb2[:n*D])
+}
+
+func (r *Runner) fail(i int, s *Seq, err error) {
+	r.failed[i] = true
+	s.Err = err
+}

@@ -1,0 +1,127 @@
+package tensor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Quantize encodes src into dst as type t. len(src) must be a multiple of
+// t's block size and dst must hold exactly RowBytes(len(src)) bytes. The
+// encodings follow GGML's reference quantizers, so files Bulkhead writes
+// decode the same in llama.cpp.
+func Quantize(t DType, dst []byte, src []float32) error {
+	want, err := t.RowBytes(len(src))
+	if err != nil {
+		return err
+	}
+	if len(dst) != want {
+		return fmt.Errorf("quantize %s: %d values need %d bytes, got %d", t, len(src), want, len(dst))
+	}
+	switch t {
+	case F32:
+		for i, v := range src {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+		}
+	case F16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(v))
+		}
+	case BF16:
+		for i, v := range src {
+			binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(v))
+		}
+	case Q8_0:
+		for b := 0; b < len(src)/32; b++ {
+			quantizeQ8_0Block(dst[b*34:b*34+34], src[b*32:b*32+32])
+		}
+	case Q4_0:
+		for b := 0; b < len(src)/32; b++ {
+			quantizeQ4_0Block(dst[b*18:b*18+18], src[b*32:b*32+32])
+		}
+	default:
+		return fmt.Errorf("quantize: no encoder for %s", t)
+	}
+	return nil
+}
+
+func quantizeQ8_0Block(dst []byte, x []float32) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 127
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	for j, v := range x {
+		dst[2+j] = byte(int8(math.Round(float64(v * id))))
+	}
+}
+
+func quantizeQ4_0Block(dst []byte, x []float32) {
+	var amax, vmax float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); a > amax {
+			amax, vmax = a, v
+		}
+	}
+	d := vmax / -8
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	for j := 0; j < 16; j++ {
+		q0 := min(15, int8(x[j]*id+8.5))
+		q1 := min(15, int8(x[16+j]*id+8.5))
+		dst[2+j] = byte(q0) | byte(q1)<<4
+	}
+}
+
+// Dequantize decodes src, holding len(dst) values of type t, into dst.
+func Dequantize(t DType, dst []float32, src []byte) error {
+	want, err := t.RowBytes(len(dst))
+	if err != nil {
+		return err
+	}
+	if len(src) != want {
+		return fmt.Errorf("dequantize %s: %d values need %d bytes, got %d", t, len(dst), want, len(src))
+	}
+	switch t {
+	case F32:
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+		}
+	case F16:
+		for i := range dst {
+			dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case BF16:
+		for i := range dst {
+			dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+	case Q8_0:
+		for b := 0; b < len(dst)/32; b++ {
+			blk := src[b*34:]
+			d := F16ToF32(binary.LittleEndian.Uint16(blk))
+			for j := 0; j < 32; j++ {
+				dst[b*32+j] = float32(int8(blk[2+j])) * d
+			}
+		}
+	case Q4_0:
+		for b := 0; b < len(dst)/32; b++ {
+			blk := src[b*18:]
+			d := F16ToF32(binary.LittleEndian.Uint16(blk))
+			for j := 0; j < 16; j++ {
+				dst[b*32+j] = float32(int(blk[2+j]&0x0f)-8) * d
+				dst[b*32+16+j] = float32(int(blk[2+j]>>4)-8) * d
+			}
+		}
+	default:
+		return fmt.Errorf("dequantize: no decoder for %s", t)
+	}
+	return nil
+}
