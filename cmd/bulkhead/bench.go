@@ -14,18 +14,20 @@ import (
 )
 
 func init() {
-	register("bench", "measure: 'bench model' (prefill and decode speed of a model file)", runBench)
+	register("bench", "measure: 'bench model' (a model file's prefill and decode speed), 'bench load' (an OpenAI-compatible endpoint under load)", runBench)
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("which benchmark? 'bench model'")
+		return usagef("which benchmark? 'bench model' or 'bench load'")
 	}
 	switch args[0] {
 	case "model":
 		return runBenchModel(args[1:], stdout, stderr)
+	case "load":
+		return runBenchLoad(args[1:], stdout, stderr)
 	default:
-		return usagef("unknown benchmark %q (known: model)", args[0])
+		return usagef("unknown benchmark %q (known: model, load)", args[0])
 	}
 }
 

@@ -3,6 +3,8 @@ package gguf
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -393,8 +395,8 @@ func TestWriteErrors(t *testing.T) {
 		{"no dims", nil, bad(func(t *tensor.Tensor) { t.Shape = nil }), `tensor "t.a" has 0 dimensions, want 1 to 4`},
 		{"5 dims", nil, bad(func(t *tensor.Tensor) { t.Shape = []int{1, 1, 1, 1, 16} }), `tensor "t.a" has 5 dimensions`},
 		{"zero dim", nil, bad(func(t *tensor.Tensor) { t.Shape = []int{16, 0} }), `tensor "t.a" dimension 1 is 0`},
-		{"overflow", nil, bad(func(t *tensor.Tensor) { t.Shape = []int{1 << 40, 1 << 40} }), `tensor "t.a" shape [1099511627776 1099511627776] has too many elements`},
-		{"byte overflow", nil, bad(func(t *tensor.Tensor) { t.Shape = []int{1 << 62}; t.Data = nil }), `takes more than`},
+		{"overflow", nil, bad(func(t *tensor.Tensor) { t.Shape = []int{math.MaxInt/2 + 1, 4} }), `tensor "t.a" shape [` + fmt.Sprint(math.MaxInt/2+1) + ` 4] has too many elements`},
+		{"byte overflow", nil, bad(func(t *tensor.Tensor) { t.Shape = []int{math.MaxInt / 2}; t.Data = nil }), `tensor "t.a": F32 shape [` + fmt.Sprint(math.MaxInt/2) + `] takes more than`},
 		{"unknown type", nil, bad(func(t *tensor.Tensor) { t.Type = 99 }), `tensor "t.a" has unknown tensor type 99`},
 		{"block", nil, bad(func(t *tensor.Tensor) { t.Type = tensor.Q4_0; t.Shape = []int{16, 2} }), `innermost dimension 16 is not a multiple of the Q4_0 block size 32`},
 	}
@@ -416,4 +418,10 @@ func TestWriteErrors(t *testing.T) {
 	full := len(writeBytes(t, nil, good))
 	err := Write(&limitWriter{left: full - 10}, nil, good)
 	wantErr(t, err, `tensor "t.d": disk full`)
+}
+
+func TestOpenDirectory(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(dir)
+	wantErr(t, err, "gguf "+dir+": ")
 }

@@ -25,7 +25,7 @@ func mapFile(path string) ([]byte, func() error, error) {
 	}
 	size := st.Size()
 	if !st.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("%s is not a regular file", st.Mode().Type())
+		return nil, nil, fmt.Errorf("not a regular file (mode %v)", st.Mode())
 	}
 	if size == 0 {
 		// mmap rejects empty lengths; the parser reports the truncation.

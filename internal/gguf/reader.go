@@ -65,6 +65,7 @@ type FormatError struct {
 	Msg  string // the problem, with its numbers
 }
 
+// Error returns "gguf PATH: MSG", or "gguf: MSG" for Parse.
 func (e *FormatError) Error() string { return prefix(e.Path) + e.Msg }
 
 func prefix(path string) string {
@@ -215,9 +216,9 @@ func parse(path string, data []byte) (*File, error) {
 	}
 
 	// The data section starts at the first aligned offset after the
-	// descriptions. Both are below len(data)+maxAlignment, so no overflow.
-	a := f.Alignment
-	f.DataOffset = int64((d.off + a - 1) / a * a)
+	// descriptions. In int64 this cannot overflow, even on 32-bit systems.
+	a := int64(f.Alignment)
+	f.DataOffset = (int64(d.off) + a - 1) / a * a
 	if err := f.placeTensors(d, infos); err != nil {
 		return nil, err
 	}

@@ -86,7 +86,7 @@ func encodeHeader(kvs []KV, tensors []tensor.Tensor) ([]byte, int, error) {
 	}
 
 	names := make(map[string]bool, len(tensors))
-	offset := 0
+	var offset uint64 // of the next tensor, from the start of the data section
 	for i := range tensors {
 		t := &tensors[i]
 		if names[t.Name] {
@@ -102,8 +102,8 @@ func encodeHeader(kvs []KV, tensors []tensor.Tensor) ([]byte, int, error) {
 			buf = le.AppendUint64(buf, uint64(d))
 		}
 		buf = le.AppendUint32(buf, uint32(t.Type))
-		buf = le.AppendUint64(buf, uint64(offset))
-		offset += alignUp(len(t.Data), align)
+		buf = le.AppendUint64(buf, offset)
+		offset += (uint64(len(t.Data)) + uint64(align) - 1) / uint64(align) * uint64(align)
 	}
 	return buf, align, nil
 }
@@ -144,8 +144,6 @@ func checkTensor(t *tensor.Tensor) error {
 	}
 	return nil
 }
-
-func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
 // countWriter counts bytes written so that padding can be computed without
 // seeking.

@@ -10,6 +10,18 @@
 //
 // This package never allocates on the hot path and never keeps references to
 // the slices it is given.
+//
+// What it owns: the canonical reduction orders (order.go), the pure-Go
+// kernels that define them (generic.go), the AVX2+FMA+F16C assembly that
+// reproduces them on amd64 (simd_*_amd64.s, chosen at run time, or never
+// with the purego build tag), the Q8_0 quantisation of activations, and the
+// Pool of worker goroutines that splits a MatMul's rows. What it must never
+// do: let a result depend on anything but the inputs it is computing, or
+// read and write files, the network or the clock.
+//
+// MatMul reuses every weight row it loads for four tokens at a time, so
+// prefill (many tokens) is bound by arithmetic while decode (one token) is
+// bound by how fast the weights stream from memory.
 package kernels
 
 import "github.com/bulkhead-llm/bulkhead/internal/tensor"

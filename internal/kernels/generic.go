@@ -25,25 +25,32 @@ func quantizeX(dst []byte, x []float32) {
 	for b := 0; b < nb; b++ {
 		src := x[b*32 : b*32+32]
 		blk := dst[b*xBlockBytes : b*xBlockBytes+xBlockBytes]
-		var amax float32
+		// Non-negative floats order like their bit patterns, so the
+		// largest magnitude is an integer max of the sign-cleared bits.
+		var amaxBits uint32
 		for _, v := range src {
-			amax = max(amax, float32(math.Abs(float64(v))))
+			amaxBits = max(amaxBits, math.Float32bits(v)&0x7fffffff)
 		}
-		d := amax / 127
+		d := math.Float32frombits(amaxBits) / 127
 		var id float32
 		if d != 0 {
 			id = 1 / d
 		}
 		binary.LittleEndian.PutUint32(blk, math.Float32bits(d))
+		q := blk[4:36]
 		for j, v := range src {
-			q := math.RoundToEven(float64(float32(v * id)))
-			// |q| <= 127 keeps -128 out, which the sign trick in the
+			// Adding and removing 1.5·2^23 rounds |y| < 2^22 to the
+			// nearest integer, ties to even, in float32 arithmetic.
+			y := float32(v * id)
+			r := int32(float32(y+roundMagic) - roundMagic)
+			// |r| <= 127 keeps -128 out, which the sign trick in the
 			// SIMD kernels could not negate.
-			q = min(127, max(-127, q))
-			blk[4+j] = byte(int8(q))
+			q[j] = byte(int8(min(127, max(-127, r))))
 		}
 	}
 }
+
+const roundMagic = 12582912 // 1.5·2^23
 
 // weightAt returns element c of a plain-typed (F32, F16, BF16) row.
 func weightAt(t tensor.DType, row []byte, c int) float32 {

@@ -231,10 +231,18 @@ func TestMatMulPanicsOnBadShapes(t *testing.T) {
 	p := NewPool(1)
 	defer p.Close()
 	for name, f := range map[string]func(){
-		"short x":    func() { p.MatMul(make([]float32, 4), &Matrix{Type: tensor.F32, Rows: 2, Cols: 2, Data: make([]byte, 16)}, make([]float32, 3), 2) },
-		"short data": func() { p.MatMul(make([]float32, 2), &Matrix{Type: tensor.F32, Rows: 2, Cols: 2, Data: make([]byte, 15)}, make([]float32, 2), 1) },
-		"bad cols":   func() { p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q8_0, Rows: 1, Cols: 16, Data: make([]byte, 34)}, make([]float32, 16), 1) },
-		"bad type":   func() { p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q4_K, Rows: 1, Cols: 256, Data: make([]byte, 144)}, make([]float32, 256), 1) },
+		"short x": func() {
+			p.MatMul(make([]float32, 4), &Matrix{Type: tensor.F32, Rows: 2, Cols: 2, Data: make([]byte, 16)}, make([]float32, 3), 2)
+		},
+		"short data": func() {
+			p.MatMul(make([]float32, 2), &Matrix{Type: tensor.F32, Rows: 2, Cols: 2, Data: make([]byte, 15)}, make([]float32, 2), 1)
+		},
+		"bad cols": func() {
+			p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q8_0, Rows: 1, Cols: 16, Data: make([]byte, 34)}, make([]float32, 16), 1)
+		},
+		"bad type": func() {
+			p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q4_K, Rows: 1, Cols: 256, Data: make([]byte, 144)}, make([]float32, 256), 1)
+		},
 	} {
 		func() {
 			defer func() {

@@ -39,26 +39,32 @@ type Pool struct {
 	workers []*worker
 	wg      sync.WaitGroup
 
-	// The current job. The caller writes it before bumping gen and does not
-	// touch it again until pending reaches 0; workers read it after seeing
-	// the new gen. The atomics order both sides.
+	// The current job. The caller writes it before resetting claims and
+	// does not touch it again until every chunk is finished; a thread reads
+	// it only after claiming a chunk, which the job cannot outlive.
 	job struct {
 		w       *Matrix
 		x       []float32
 		xq      []byte
 		n       int
 		out     []float32
+		chunk   int // rows per chunk, a multiple of 16
 		closing bool
 	}
 
-	_       cacheLine
-	gen     atomic.Uint32
-	_       cacheLine
-	pending atomic.Int32
-	_       cacheLine
-	waiting atomic.Bool   // the caller is parked on done
-	done    chan struct{} // buffered 1
-	_       cacheLine
+	_   cacheLine
+	gen atomic.Uint32 // bumped to wake the workers for a job
+	_   cacheLine
+	// claims is total<<32 | chunks claimed so far. One word, so a thread
+	// that wakes late, after its job ended, claims against the job that
+	// is current and never against a stale total.
+	claims   atomic.Uint64
+	_        cacheLine
+	finished atomic.Uint32 // chunks of the current job completed
+	_        cacheLine
+	waiting  atomic.Bool   // the caller is parked on done
+	done     chan struct{} // buffered 1
+	_        cacheLine
 
 	xq     []byte // quantised activations, grown as needed
 	closed bool
@@ -76,7 +82,7 @@ func NewPool(threads int) *Pool {
 		w := &worker{wake: make(chan struct{}, 1)}
 		p.workers = append(p.workers, w)
 		p.wg.Add(1)
-		go p.work(k, w)
+		go p.work(w)
 	}
 	return p
 }
@@ -92,13 +98,14 @@ func (p *Pool) Close() {
 	}
 	p.closed = true
 	p.job.closing = true
-	p.publish()
+	p.publish(0)
 	p.wg.Wait()
 }
 
-// publish starts the job in p.job on every worker.
-func (p *Pool) publish() {
-	p.pending.Store(int32(len(p.workers)))
+// publish wakes the workers for the job in p.job, split into total chunks.
+func (p *Pool) publish(total int) {
+	p.finished.Store(0)
+	p.claims.Store(uint64(total) << 32)
 	p.gen.Add(1)
 	for _, w := range p.workers {
 		if w.sleeping.CompareAndSwap(true, false) {
@@ -107,7 +114,7 @@ func (p *Pool) publish() {
 	}
 }
 
-func (p *Pool) work(part int, w *worker) {
+func (p *Pool) work(w *worker) {
 	defer p.wg.Done()
 	var seen uint32
 	for {
@@ -115,10 +122,27 @@ func (p *Pool) work(part int, w *worker) {
 		if p.job.closing {
 			return
 		}
-		p.runPart(part)
-		if p.pending.Add(-1) == 0 && p.waiting.CompareAndSwap(true, false) {
+		if p.runChunks() && p.waiting.CompareAndSwap(true, false) {
 			p.done <- struct{}{}
 		}
+	}
+}
+
+// runChunks claims and runs chunks of the current job until none are left.
+// It reports whether it finished the job's last chunk.
+func (p *Pool) runChunks() bool {
+	last := false
+	for {
+		v := p.claims.Add(1)
+		c, total := uint32(v)-1, uint32(v>>32)
+		if c >= total {
+			return last
+		}
+		j := &p.job
+		r0 := int(c) * j.chunk
+		r1 := min(j.w.Rows, r0+j.chunk)
+		matRows(j.w, r0, r1, j.x, j.xq, j.n, j.out, j.w.Rows)
+		last = p.finished.Add(1) == total
 	}
 }
 
@@ -143,40 +167,41 @@ func (p *Pool) waitGen(w *worker, seen uint32) uint32 {
 	return p.gen.Load()
 }
 
-// waitDone returns when every worker has finished its part.
-func (p *Pool) waitDone() {
+// waitDone returns when all total chunks are finished. A worker that
+// finished the last chunk of an earlier job may still send a wake-up meant
+// for that job, so a wake-up is only a prompt to check again.
+func (p *Pool) waitDone(total int) {
+	t := uint32(total)
 	for range spinIters {
-		if p.pending.Load() == 0 {
+		if p.finished.Load() == t {
 			return
 		}
 	}
-	p.waiting.Store(true)
-	if p.pending.Load() == 0 && p.waiting.CompareAndSwap(true, false) {
-		return
-	}
-	<-p.done
-}
-
-// partRows returns the rows of part k of parts: contiguous ranges whose
-// boundaries fall on multiples of 16 rows, so no two threads write the same
-// 64-byte line of out.
-func partRows(rows, parts, k int) (int, int) {
-	bound := func(k int) int {
-		if k >= parts {
-			return rows
+	for {
+		p.waiting.Store(true)
+		if p.finished.Load() == t {
+			if !p.waiting.CompareAndSwap(true, false) {
+				<-p.done // a worker claimed the flag and sends; take it
+			}
+			return
 		}
-		return min(rows, (rows*k/parts+15)&^15)
+		<-p.done
+		if p.finished.Load() == t {
+			return
+		}
 	}
-	return bound(k), bound(k + 1)
 }
 
-func (p *Pool) runPart(k int) {
-	j := &p.job
-	r0, r1 := partRows(j.w.Rows, p.threads, k)
-	if r0 < r1 {
-		matRows(j.w, r0, r1, j.x, j.xq, j.n, j.out, j.w.Rows)
-	}
+// chunkRows picks the rows per chunk: a multiple of 16, so no two threads
+// write the same 64-byte line of out, and about chunksPerThread chunks per
+// thread, so a thread that the OS deschedules holds up little work: the
+// others claim what it has not started.
+func chunkRows(rows, threads int) int {
+	c := (rows + threads*chunksPerThread - 1) / (threads * chunksPerThread)
+	return max(16, (c+15)&^15)
 }
+
+const chunksPerThread = 4
 
 // matRows dispatches to the SIMD or the pure-Go kernels.
 func matRows(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
@@ -231,10 +256,16 @@ func (p *Pool) MatMul(out []float32, w *Matrix, x []float32, n int) {
 		matRows(w, 0, w.Rows, x, xq, n, out, w.Rows)
 		return
 	}
-	p.job.w, p.job.x, p.job.xq, p.job.n, p.job.out = w, x, xq, n, out
-	p.publish()
-	p.runPart(0)
-	p.waitDone()
+	chunk := chunkRows(w.Rows, p.threads)
+	total := (w.Rows + chunk - 1) / chunk
+	p.job.w, p.job.x, p.job.xq, p.job.n, p.job.out, p.job.chunk = w, x, xq, n, out, chunk
+	p.publish(total)
+	if p.runChunks() {
+		// The caller finished the last chunk itself; no worker will
+		// signal done.
+	} else {
+		p.waitDone(total)
+	}
 	p.job.w, p.job.x, p.job.xq, p.job.out = nil, nil, nil, nil
 }
 

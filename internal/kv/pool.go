@@ -257,10 +257,12 @@ func (p *Pool) check(e entry) error {
 }
 
 // span returns page i's K and V for layer, tokens [from, to) of the page.
+// The slices are capped at their length, so whoever gets them cannot
+// reslice past the end into the next page (someone else's).
 func (p *Pool) span(i int32, layer, from, to int) (k, v []float32) {
-	off := int(i)*p.pageLen + layer*p.layerLen
-	kd := p.cfg.KVDim
-	return p.k[off+from*kd : off+to*kd], p.v[off+from*kd : off+to*kd]
+	base := int(i)*p.pageLen + layer*p.layerLen
+	lo, hi := base+from*p.cfg.KVDim, base+to*p.cfg.KVDim
+	return p.k[lo:hi:hi], p.v[lo:hi:hi]
 }
 
 // Stats is a snapshot of the pool for metrics and tests.

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/bulkhead-llm/bulkhead/internal/model"
 )
@@ -235,6 +236,7 @@ func (s *Seq) Spans(dst []model.Span, layer, n int) ([]model.Span, error) {
 			return dst, err
 		}
 	}
+	dst = slices.Grow(dst, pages)
 	for j, e := range s.table[:pages] {
 		k, v := p.span(e.page, layer, 0, min(ps, n-j*ps))
 		dst = append(dst, model.Span{K: k, V: v})

@@ -212,8 +212,8 @@ func run(ctx context.Context, out any, command string, args ...string) error {
 		}
 		return fmt.Errorf("peer %s: %s %s failed: %w; stderr: %s", command, in.node, scriptName, err, stderrTail(stderr.Bytes()))
 	}
-	dec := json.NewDecoder(&stdout)
-	if err := dec.Decode(out); err != nil {
+	// The script prints exactly one JSON document; anything else is a fault.
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
 		return fmt.Errorf("peer %s: decoding llamacpp.mjs output %q: %w", command, clip(stdout.String(), 200), err)
 	}
 	return nil
@@ -230,7 +230,8 @@ func stderrTail(b []byte) string {
 		return s
 	}
 	s = s[len(s)-stderrTailBytes:]
-	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+	// Drop a partial first line, unless that would drop most of the tail.
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < 200 {
 		s = s[i+1:]
 	}
 	return "..." + s

@@ -8,9 +8,12 @@ import (
 
 // byteToRune is GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other
 // 68 bytes to U+0100 upwards in byte order, so every byte has a visible, non-space character.
-var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
+var byteToRune, runeToByte = func() ([256]rune, [256 + 68]int16) {
 	var b2r [256]rune
-	r2b := make(map[rune]byte, 256)
+	var r2b [256 + 68]int16 // -1: not a byte-level character
+	for i := range r2b {
+		r2b[i] = -1
+	}
 	next := rune(256)
 	for b := 0; b < 256; b++ {
 		printable := b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE && b <= 0xFF
@@ -20,7 +23,7 @@ var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
 			b2r[b] = next
 			next++
 		}
-		r2b[b2r[b]] = byte(b)
+		r2b[b2r[b]] = int16(b)
 	}
 	return b2r, r2b
 }()
@@ -39,8 +42,8 @@ func ByteLevel(raw []byte) string {
 func unByteLevel(piece string) []byte {
 	out := make([]byte, 0, len(piece))
 	for _, r := range piece {
-		if b, ok := runeToByte[r]; ok {
-			out = append(out, b)
+		if r >= 0 && int(r) < len(runeToByte) && runeToByte[r] >= 0 {
+			out = append(out, byte(runeToByte[r]))
 		} else {
 			out = utf8.AppendRune(out, r)
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/embedded"
 )
 
+func tokData(tb testing.TB) []byte { return embedded.Tokenizer }
+
 func tok512(tb testing.TB) *Tokenizer {
 	tb.Helper()
 	t, err := FromLlama2C(embedded.Tokenizer, 512)
@@ -102,12 +104,18 @@ var roundTripCases = []string{
 	"Ünïcödé façade", "日本語のテキスト", "한국어", "emoji 😀 and ZWJ 👩‍👩‍👧‍👦 and flag 🇩🇪",
 	"<s> and </s> and <unk> as text", "<0x41> literal", "U+2581 ▁ is not a space", "\x00\x01",
 	"\u200a hair space", "The dog's ball wasn't there.",
+	// Overlapping equal-score pairs, where leftmost-first decides the result.
+	"Hmmm... sooo cooool!!! zzz lll eee tttt aaaa", "ooooooo", "       x",
 }
 
 func TestTok512RoundTrip(t *testing.T) {
 	tk := tok512(t)
+	naive := newNaiveLlama2C(t)
 	for _, s := range roundTripCases {
 		ids := tk.Encode(s, true)
+		if ref := naive.encode(s); !slices.Equal(ids, ref) {
+			t.Errorf("Encode(%q) = %v, llama2.c gives %v (first difference at %d)", s, ids, ref, firstDiff(ids, ref))
+		}
 		if len(ids) == 0 || ids[0] != tk.BOS() {
 			t.Errorf("Encode(%q, true) = %v, want BOS first", s, ids)
 			continue

@@ -70,7 +70,7 @@ type Tokenizer struct {
 	cache        *wordCache
 
 	// EncodeSpecial: special token strings grouped by first byte, longest first.
-	specials map[byte][]special
+	specials [256][]special
 	ends     map[int]bool
 }
 
@@ -232,14 +232,13 @@ func hexVal(c byte) (byte, bool) {
 
 // initSpecials collects the strings EncodeSpecial turns into ids: control and user-defined tokens.
 func (t *Tokenizer) initSpecials() {
-	t.specials = map[byte][]special{}
 	for i, tok := range t.spec.Tokens {
 		if tok == "" || (t.types[i] != TypeControl && t.types[i] != TypeUserDefined) {
 			continue
 		}
 		t.specials[tok[0]] = append(t.specials[tok[0]], special{tok, i})
 	}
-	for _, list := range t.specials {
+	for _, list := range &t.specials {
 		// Longest first so "<|eot_id|>" is never cut short by a shorter token sharing its prefix;
 		// equal lengths by id for determinism.
 		slices.SortFunc(list, func(a, b special) int {

@@ -10,9 +10,13 @@
 // (the library's special-token regex is replaced by one that never matches), which is what the
 // Go tokenizer's Encode does.
 import { readFileSync, writeFileSync } from 'node:fs';
-import llama3Tokenizer from 'llama3-tokenizer-js';
 
 const [cmd, file, file2] = process.argv.slice(2);
+
+// Loaded only by the commands that need it: parsing its 3 MB of baked data takes most of a second.
+async function library() {
+  return (await import('llama3-tokenizer-js')).default;
+}
 
 // The split patterns as the models publish them, with (?i:...) spelled out because JavaScript
 // has no inline flags. V8 supports the lookahead that Go's regexp lacks, so it checks the Go
@@ -46,7 +50,8 @@ function split(name, corpus) {
   process.stdout.write(JSON.stringify(out) + '\n');
 }
 
-function dump(out) {
+async function dump(out) {
+  const llama3Tokenizer = await library();
   const tokens = llama3Tokenizer.vocabById;
   // merges maps "left right" to its priority; ascending priority is rank order.
   const merges = [...llama3Tokenizer.merges.entries()].sort((a, b) => a[1] - b[1]).map(([k]) => k);
@@ -63,7 +68,8 @@ function dump(out) {
   }));
 }
 
-function encode(corpus) {
+async function encode(corpus) {
+  const llama3Tokenizer = await library();
   const items = readCorpus(corpus);
   const never = /(?!)/g;
   const ids = items.map((s) => llama3Tokenizer.encode(s, { bos: false, eos: false, specialTokenRegex: never }));
@@ -71,9 +77,9 @@ function encode(corpus) {
 }
 
 if (cmd === 'dump' && file) {
-  dump(file);
+  await dump(file);
 } else if (cmd === 'encode' && file) {
-  encode(file);
+  await encode(file);
 } else if (cmd === 'split' && file && file2) {
   split(file, file2);
 } else {

@@ -1,0 +1,324 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/chat"
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// cancelWait bounds how long a request whose stop sequence was found waits
+// for the backend's final Result (for honest usage) after cancelling.
+const cancelWait = 2 * time.Second
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, c *call) {
+	var req completionRequest
+	if err := decodeBody(r.Body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := req.unsupported(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := req.resolve()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	in, err := parsePrompt(req.Prompt, s.tok.VocabSize())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	prompt := in.tokens
+	if !in.isIDs {
+		// User text is encoded without special tokens: a prompt can never
+		// spell a control token into existence.
+		prompt = s.tok.Encode(in.text, s.tok.AddBOS())
+	}
+	s.generate(w, r, c, prompt, p, false)
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, c *call) {
+	var req chatRequest
+	if err := decodeBody(r.Body, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := req.unsupported(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	p, err := req.resolve()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	msgs, err := parseMessages(req.Messages)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	segs, err := s.tmpl.Render(msgs, true)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.generate(w, r, c, s.encodeChat(segs), p, true)
+}
+
+// encodeChat tokenizes a rendered conversation. Template text may spell
+// special tokens; message text may not. When no message contains a
+// special token's text, the whole prompt is encoded at once (exactly what
+// the model was trained on); otherwise segment by segment, so that such
+// text stays plain. BOS is added unless the template already wrote it.
+func (s *Server) encodeChat(segs []chat.Segment) []int {
+	full := chat.Text(segs)
+	addBOS := s.tok.AddBOS() && (s.bosText == "" || !strings.HasPrefix(full, s.bosText))
+	risky := false
+	for _, seg := range segs {
+		if !seg.Special && s.containsSpecial(seg.Text) {
+			risky = true
+		}
+	}
+	if !risky {
+		return s.tok.EncodeSpecial(full, addBOS)
+	}
+	var ids []int
+	if addBOS {
+		ids = append(ids, s.tok.BOS())
+	}
+	for _, seg := range segs {
+		if seg.Special {
+			ids = append(ids, s.tok.EncodeSpecial(seg.Text, false)...)
+		} else {
+			ids = append(ids, s.tok.Encode(seg.Text, false)...)
+		}
+	}
+	return ids
+}
+
+func (s *Server) containsSpecial(text string) bool {
+	for _, sp := range s.specials {
+		if strings.Contains(text, sp) {
+			return true
+		}
+	}
+	return false
+}
+
+// outcome is how a generation ended, as the client will see it.
+type outcome struct {
+	finish engine.FinishReason // set on success
+	err    *errkind.Error      // set on failure
+	usage  engine.Usage
+}
+
+// generation consumes one request's stream: decoding, stop sequences and
+// honest usage. It owns the cancel function of the request's context.
+type generation struct {
+	s       *Server
+	c       *call
+	prompt  []int
+	stream  *engine.Stream
+	cancel  context.CancelFunc
+	dec     interface{ Add(int) string }
+	flush   func() string
+	stops   stopMatcher
+	count   int // tokens received
+	first   time.Time
+	last    time.Time
+	outcome *outcome
+}
+
+// generate admits, submits and answers one request.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, prompt []int, p genParams, isChat bool) {
+	lim := s.backend.Limits()
+	maxTokens := p.maxTokens
+	if maxTokens == 0 {
+		// As many as the context allows; at least 1 so that a prompt that
+		// already fills the context is rejected for its length, with the
+		// numbers, rather than for max_tokens.
+		maxTokens = max(1, min(lim.ContextLen, lim.PoolTokens)-len(prompt))
+	}
+	admitted, rej := engine.Admit(engine.Request{Tenant: c.tenant, Prompt: prompt, MaxTokens: maxTokens, Sampling: p.sampling}, lim)
+	if rej != nil {
+		if rej.Code == "invalid_value" && rej.Param == "" && p.maxTokens != 0 {
+			rej.Param = "max_tokens"
+		}
+		s.writeError(w, r, rej)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	st, err := s.backend.Submit(ctx, admitted)
+	if err != nil {
+		s.writeError(w, r, errkind.Of(err))
+		return
+	}
+	d := s.tok.NewDecoder(prompt[len(prompt)-1])
+	g := &generation{s: s, c: c, prompt: prompt, stream: st, cancel: cancel, dec: d, flush: d.Flush,
+		stops: stopMatcher{stops: p.stop}}
+	c.promptToks = len(prompt)
+	id := newID(isChat)
+	if p.stream {
+		s.streamResponse(w, r, g, id, isChat, p.includeUsage)
+		return
+	}
+	text, out := g.collect(r.Context())
+	s.finishMetrics(g, out)
+	if out.err != nil {
+		s.failBeforeStart(w, r, out)
+		return
+	}
+	writeJSON(w, http.StatusOK, fullResponse(id, s.opts.ModelName, isChat, text, out))
+}
+
+// next returns the text released by the next batch of tokens, or the
+// outcome once generation has ended.
+func (g *generation) next(ctx context.Context) (string, *outcome) {
+	if g.outcome != nil {
+		return "", g.outcome
+	}
+	toks, res, err := g.stream.Next(ctx)
+	if err != nil {
+		// The client went away: the deferred cancel frees the request.
+		return "", g.end(nil, errkind.Wrap(errkind.Internal, "client_disconnected", err, "the client disconnected"))
+	}
+	var b strings.Builder
+	for _, t := range toks {
+		now := time.Now()
+		if g.count == 0 {
+			g.first = now
+			g.s.metrics.ObserveTTFT(g.c.tenant, now.Sub(g.c.start))
+		} else {
+			g.s.metrics.ObserveInterToken(now.Sub(g.last))
+		}
+		g.last = now
+		g.count++
+		rel, stopped := g.stops.add(g.dec.Add(t))
+		b.WriteString(rel)
+		if stopped {
+			return b.String(), g.stopHit()
+		}
+	}
+	if res == nil {
+		return b.String(), nil
+	}
+	if res.Err != nil {
+		return b.String(), g.end(res, res.Err)
+	}
+	// Success: the decoder's held bytes, then the matcher's held tail.
+	rel, stopped := g.stops.add(g.flush())
+	b.WriteString(rel)
+	if stopped {
+		return b.String(), g.end(res, nil, engine.FinishStop)
+	}
+	b.WriteString(g.stops.flush())
+	return b.String(), g.end(res, nil)
+}
+
+// stopHit ends a generation whose output reached a stop sequence: the
+// request is cancelled so the backend frees it at once, and the final
+// Result is awaited briefly for its usage.
+func (g *generation) stopHit() *outcome {
+	g.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+	defer cancel()
+	var res *engine.Result
+	for res == nil {
+		var err error
+		_, res, err = g.stream.Next(ctx)
+		if err != nil {
+			break
+		}
+	}
+	usage := engine.Usage{PromptTokens: len(g.prompt), CompletionTokens: g.count}
+	if res != nil && res.Usage.PromptTokens > 0 {
+		usage.PromptTokens = res.Usage.PromptTokens
+		usage.CachedTokens = res.Usage.CachedTokens
+	}
+	g.outcome = &outcome{finish: engine.FinishStop, usage: usage}
+	return g.outcome
+}
+
+// end records the outcome of a Result (or of a local failure when res is
+// nil). A successful Result whose prompt count differs from the prompt
+// submitted is an integrity failure: the engine processed something other
+// than this request's prompt, and its output must not reach the client.
+func (g *generation) end(res *engine.Result, fail *errkind.Error, finish ...engine.FinishReason) *outcome {
+	o := &outcome{err: fail}
+	if res != nil {
+		o.usage = res.Usage
+	}
+	if fail == nil {
+		o.finish = res.Finish
+		if len(finish) > 0 {
+			o.finish = finish[0]
+		}
+		switch {
+		case res.Usage.PromptTokens != len(g.prompt):
+			o.err = errkind.New(errkind.Integrity, "prompt_mismatch", "the engine reported processing %d prompt tokens for a %d-token prompt; the output was withheld", res.Usage.PromptTokens, len(g.prompt))
+		case o.finish != engine.FinishStop && o.finish != engine.FinishLength:
+			o.err = errkind.New(errkind.Internal, "invalid_result", "the engine ended the request without a finish reason or an error")
+		}
+		if o.err != nil {
+			o.finish = ""
+		}
+	}
+	if o.usage.CompletionTokens == 0 {
+		o.usage.CompletionTokens = g.count
+	}
+	g.outcome = o
+	return o
+}
+
+// collect runs a generation to the end and returns its text (which must
+// not be shown when the outcome is an error).
+func (g *generation) collect(ctx context.Context) (string, *outcome) {
+	var b strings.Builder
+	for {
+		text, out := g.next(ctx)
+		b.WriteString(text)
+		if out != nil {
+			return b.String(), out
+		}
+	}
+}
+
+func (s *Server) finishMetrics(g *generation, out *outcome) {
+	g.c.genToks = g.count
+	if out.err == nil {
+		s.metrics.AddTokens(g.c.tenant, out.usage.PromptTokens, out.usage.CompletionTokens)
+	}
+}
+
+func newID(isChat bool) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	if isChat {
+		return "chatcmpl-" + hex.EncodeToString(b[:])
+	}
+	return "cmpl-" + hex.EncodeToString(b[:])
+}
+
+// isDisconnect reports a failure caused by the client going away.
+func isDisconnect(e *errkind.Error) bool {
+	return e != nil && (e.Code == "client_disconnected" || errors.Is(e, context.Canceled))
+}

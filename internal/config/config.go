@@ -1,0 +1,332 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Auth modes.
+const (
+	// AuthNone serves a single implicit tenant (LocalTenant) without
+	// credentials: for local use only. It is the default when no tenants are
+	// configured.
+	AuthNone = "none"
+	// AuthAPIKey requires `Authorization: Bearer KEY` with a key listed under
+	// a tenant. It is the default, and the only accepted mode, when tenants
+	// are configured.
+	AuthAPIKey = "api_key"
+)
+
+// LocalTenant is the tenant every request belongs to under AuthNone.
+const LocalTenant = "local"
+
+// KV scrub modes: what a freed page is filled with before reuse.
+const (
+	ScrubZero   = "zero"   // zeroed (the default)
+	ScrubPoison = "poison" // a pattern naming the previous owner, so a stale read is detectable
+	ScrubOff    = "off"    // left as is: for measuring the cost of scrubbing only
+)
+
+// Log levels.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+// Config is the whole configuration file. Zero numeric values mean "the
+// default", documented on each field and in docs/configuration.md.
+type Config struct {
+	// Model is the path of a GGUF or llama2.c model file; empty serves the
+	// embedded stories260K model.
+	Model string `yaml:"model"`
+	// ModelName is the id clients send as "model" and /v1/models lists;
+	// empty derives it from the model (the embedded model is "stories260K").
+	ModelName string `yaml:"model_name"`
+	// Listen is the HTTP listen address (default 127.0.0.1:8080). The serve
+	// command's --listen flag overrides it.
+	Listen string `yaml:"listen"`
+	// Threads is the number of compute threads; 0 uses every CPU.
+	Threads int `yaml:"threads"`
+	// ContextLen bounds prompt plus generated tokens; 0 uses the model's
+	// context length. It may not exceed the model's.
+	ContextLen int `yaml:"context_len"`
+	// MaxInputTokens bounds the prompt alone; 0 means ContextLen.
+	MaxInputTokens int `yaml:"max_input_tokens"`
+	// BatchTokens is the most tokens (prefill chunks plus decode tokens) the
+	// engine processes in one step (default 256).
+	BatchTokens int `yaml:"batch_tokens"`
+	// MaxSequences is the most sequences running at once; more wait in the
+	// queue (default 64).
+	MaxSequences int `yaml:"max_sequences"`
+	// MaxQueue is the most requests waiting to start; beyond it requests get
+	// 503 (default 1024).
+	MaxQueue int `yaml:"max_queue"`
+	// MaxBodyBytes bounds an HTTP request body (default 1 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `yaml:"log_level"`
+	// Auth is AuthNone or AuthAPIKey; empty picks AuthAPIKey when tenants
+	// are configured and AuthNone otherwise.
+	Auth        string      `yaml:"auth"`
+	KV          KV          `yaml:"kv"`
+	PrefixCache PrefixCache `yaml:"prefix_cache"`
+	Tenants     []Tenant    `yaml:"tenants"`
+}
+
+// KV sizes the paged KV pool.
+type KV struct {
+	// PageSize is tokens per page (default 16).
+	PageSize int `yaml:"page_size"`
+	// Pages is the number of pages in the pool; 0 sizes the pool for four
+	// full-context sequences (Resolve).
+	Pages int `yaml:"pages"`
+	// Scrub is ScrubZero (default), ScrubPoison or ScrubOff.
+	Scrub string `yaml:"scrub"`
+}
+
+// PrefixCache configures the tenant-scoped prefix cache.
+type PrefixCache struct {
+	// Enabled turns the cache on (default off).
+	Enabled bool `yaml:"enabled"`
+	// MaxBlocks bounds cached blocks across all tenants; 0 lets the cache use
+	// pages no running sequence needs.
+	MaxBlocks int `yaml:"max_blocks"`
+}
+
+// Tenant is one customer: its keys and its limits. A zero limit means
+// unlimited (bounded only by the server-wide limits).
+type Tenant struct {
+	Name    string   `yaml:"name"`
+	APIKeys []string `yaml:"api_keys"`
+	// MaxConcurrentRequests bounds the tenant's requests queued or running;
+	// beyond it requests get 429.
+	MaxConcurrentRequests int `yaml:"max_concurrent_requests"`
+	// MaxKVPages bounds the KV pages the tenant's sequences hold at once.
+	MaxKVPages int `yaml:"max_kv_pages"`
+	// MaxCachedBlocks bounds the tenant's blocks in the prefix cache.
+	MaxCachedBlocks int `yaml:"max_cached_blocks"`
+	// PrefixGroup names a prefix-cache namespace shared by every tenant with
+	// the same group. Empty: the tenant's own namespace.
+	PrefixGroup string `yaml:"prefix_group"`
+	// SharePrefixCacheWith lists tenants this one shares its prefix cache
+	// namespace with. Sharing is symmetric and transitive: the tenants form
+	// one group (see PrefixNamespace).
+	SharePrefixCacheWith []string `yaml:"share_prefix_cache_with"`
+}
+
+// Defaults for zero fields.
+const (
+	DefaultListen       = "127.0.0.1:8080"
+	DefaultBatchTokens  = 256
+	DefaultMaxSequences = 64
+	DefaultMaxQueue     = 1024
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultPageSize     = 16
+	DefaultLogLevel     = "info"
+)
+
+// Default returns the configuration used when no file is given: the
+// embedded model on localhost without authentication.
+func Default() *Config {
+	c := &Config{}
+	c.applyDefaults()
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.BatchTokens == 0 {
+		c.BatchTokens = DefaultBatchTokens
+	}
+	if c.MaxSequences == 0 {
+		c.MaxSequences = DefaultMaxSequences
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = DefaultMaxQueue
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = DefaultLogLevel
+	}
+	if c.KV.PageSize == 0 {
+		c.KV.PageSize = DefaultPageSize
+	}
+	if c.KV.Scrub == "" {
+		c.KV.Scrub = ScrubZero
+	}
+	if c.Auth == "" {
+		c.Auth = AuthNone
+		if len(c.Tenants) > 0 {
+			c.Auth = AuthAPIKey
+		}
+	}
+}
+
+// Load reads, decodes and validates the file at path. Unknown keys are
+// errors that name the key and its line; every validation problem is
+// reported, not just the first.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a configuration held in memory, as Load.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, cleanYAMLError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("the file holds more than one YAML document; use one")
+	}
+	var root yaml.Node
+	_ = yaml.Unmarshal(data, &root) // decoded above; only used for line numbers
+	c.applyDefaults()
+	if err := c.validate(&root); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var notFoundRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type config\.(\w+)`)
+
+// cleanYAMLError rewrites yaml's "field x not found in type config.KV" as
+// "line 5: unknown key "x" in kv", which is what the operator wrote.
+func cleanYAMLError(err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	sections := map[string]string{"Config": "the top level", "KV": "kv", "PrefixCache": "prefix_cache", "Tenant": "a tenant"}
+	msg = notFoundRE.ReplaceAllStringFunc(msg, func(m string) string {
+		s := notFoundRE.FindStringSubmatch(m)
+		where := sections[s[3]]
+		if where == "" {
+			where = s[3]
+		}
+		return fmt.Sprintf("line %s: unknown key %q in %s", s[1], s[2], where)
+	})
+	return errors.New(msg)
+}
+
+// PrefixNamespace returns the prefix-cache namespace of tenant name:
+// "tenant:NAME", or "group:GROUP" when it shares its cache. Tenants
+// joined by share_prefix_cache_with (in either direction, transitively)
+// get one group named after the alphabetically first member, unless one of
+// them sets prefix_group. Unknown tenants get their own name.
+func (c *Config) PrefixNamespace(name string) string {
+	groups := c.prefixGroups()
+	if g, ok := groups[name]; ok {
+		return "group:" + g
+	}
+	return "tenant:" + name
+}
+
+// prefixGroups resolves sharing into tenant → group name (tenants that
+// share nothing are absent). Validation has ensured that each connected set
+// names at most one prefix_group.
+func (c *Config) prefixGroups() map[string]string {
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(x string) string {
+		p, ok := parent[x]
+		if !ok || p == x {
+			parent[x] = x
+			return x
+		}
+		r := find(p)
+		parent[x] = r
+		return r
+	}
+	union := func(a, b string) {
+		ra, rb := find(a), find(b)
+		if ra != rb {
+			if rb < ra {
+				ra, rb = rb, ra
+			}
+			parent[rb] = ra
+		}
+	}
+	for _, t := range c.Tenants {
+		find(t.Name)
+		for _, o := range t.SharePrefixCacheWith {
+			union(t.Name, o)
+		}
+		if t.PrefixGroup != "" {
+			union(t.Name, "\x00group:"+t.PrefixGroup)
+		}
+	}
+	members := map[string][]string{}
+	for _, t := range c.Tenants {
+		r := find(t.Name)
+		members[r] = append(members[r], t.Name)
+	}
+	out := map[string]string{}
+	for _, t := range c.Tenants {
+		r := find(t.Name)
+		named := ""
+		for _, u := range c.Tenants {
+			if find(u.Name) == r && u.PrefixGroup != "" {
+				named = u.PrefixGroup
+			}
+		}
+		switch {
+		case named != "":
+			out[t.Name] = named
+		case len(members[r]) > 1:
+			out[t.Name] = r
+		}
+	}
+	return out
+}
+
+// Resolve fills the settings that depend on the model, given its context
+// length: ContextLen (0 becomes the model's; more than the model's is an
+// error), MaxInputTokens (0 becomes ContextLen) and KV.Pages (0 becomes
+// room for four full-context sequences). It then checks that one
+// full-context request fits in the pool, the preflight rule.
+func (c *Config) Resolve(modelContextLen int) error {
+	if modelContextLen <= 0 {
+		return fmt.Errorf("config: the model reports context length %d", modelContextLen)
+	}
+	if c.ContextLen == 0 {
+		c.ContextLen = modelContextLen
+	}
+	if c.ContextLen > modelContextLen {
+		return fmt.Errorf("config: context_len is %d but the model's context length is %d; set at most %d", c.ContextLen, modelContextLen, modelContextLen)
+	}
+	if c.MaxInputTokens == 0 {
+		c.MaxInputTokens = c.ContextLen
+	}
+	if c.MaxInputTokens > c.ContextLen {
+		return fmt.Errorf("config: max_input_tokens is %d but context_len is %d; a prompt can never be longer than the context", c.MaxInputTokens, c.ContextLen)
+	}
+	perSeq := (c.ContextLen + c.KV.PageSize - 1) / c.KV.PageSize
+	if c.KV.Pages == 0 {
+		c.KV.Pages = 4 * perSeq
+	}
+	if c.KV.Pages < perSeq {
+		return fmt.Errorf("config: kv.pages is %d (%d tokens of %d-token pages) but one full-context request of %d tokens needs %d pages; raise kv.pages to at least %d or lower context_len to at most %d",
+			c.KV.Pages, c.KV.Pages*c.KV.PageSize, c.KV.PageSize, c.ContextLen, perSeq, perSeq, c.KV.Pages*c.KV.PageSize)
+	}
+	return nil
+}
+
+// PoolTokens is the tokens the KV pool holds: pages × page size.
+func (c *Config) PoolTokens() int { return c.KV.Pages * c.KV.PageSize }

@@ -1,0 +1,286 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+// Config sizes an Engine.
+type Config struct {
+	Limits Limits
+	// BatchTokens is the per-step token budget: one token for each decoding
+	// sequence, the rest for prompt chunks. It bounds the forward pass's
+	// scratch memory and how long one step can delay the others.
+	BatchTokens int
+	// MaxRunning bounds the sequences in one batch.
+	MaxRunning int
+	// MaxQueued bounds the requests waiting to start; beyond it Submit
+	// answers Overload.
+	MaxQueued int
+	// TenantMaxRequests caps each named tenant's requests in flight
+	// (queued or running); beyond it Submit answers Quota. DefaultMaxRequests
+	// applies to tenants not listed; 0 means unlimited.
+	TenantMaxRequests  map[string]int
+	DefaultMaxRequests int
+}
+
+// Stats is a snapshot of the engine for metrics and tests.
+type Stats struct {
+	Queued, Running int
+	Preemptions     uint64
+	Steps           uint64
+	BatchedTokens   uint64
+	Violations      uint64 // ownership-tag failures seen by requests
+}
+
+// Engine serves requests on one model with one KV pool. Submit is safe for
+// concurrent use; Run must be called exactly once.
+type Engine struct {
+	cfg    Config
+	m      *model.Model
+	runner *model.Runner
+	pool   *kv.Pool
+
+	submitCh chan *request
+	cancelCh chan *request
+	done     chan struct{}
+
+	mu       sync.Mutex
+	inflight map[string]int // per tenant, queued + running
+	closed   bool
+
+	nextID atomic.Uint64
+	stats  struct {
+		queued, running                         atomic.Int64
+		preemptions, steps, batched, violations atomic.Uint64
+	}
+
+	sched scheduler
+}
+
+// New returns an engine over model m, computing on threads and storing KV
+// in pool.
+func New(cfg Config, m *model.Model, threads *kernels.Pool, pool *kv.Pool) (*Engine, error) {
+	if cfg.BatchTokens < 1 {
+		return nil, fmt.Errorf("engine: batch token budget %d must be positive", cfg.BatchTokens)
+	}
+	if cfg.MaxRunning < 1 {
+		return nil, fmt.Errorf("engine: max running sequences %d must be positive", cfg.MaxRunning)
+	}
+	if cfg.MaxQueued < 1 {
+		cfg.MaxQueued = 1024
+	}
+	e := &Engine{
+		cfg: cfg, m: m, pool: pool,
+		runner:   m.NewRunner(threads, cfg.BatchTokens),
+		submitCh: make(chan *request, cfg.MaxQueued),
+		cancelCh: make(chan *request, 64),
+		done:     make(chan struct{}),
+		inflight: make(map[string]int),
+	}
+	e.sched = scheduler{pool: pool, budget: cfg.BatchTokens, maxRunning: cfg.MaxRunning, vocab: m.Config.Vocab}
+	return e, nil
+}
+
+// Limits implements Backend.
+func (e *Engine) Limits() Limits { return e.cfg.Limits }
+
+// Stats returns a snapshot. Safe for concurrent use.
+func (e *Engine) Stats() Stats {
+	return Stats{
+		Queued: int(e.stats.queued.Load()), Running: int(e.stats.running.Load()),
+		Preemptions: e.stats.preemptions.Load(), Steps: e.stats.steps.Load(),
+		BatchedTokens: e.stats.batched.Load(), Violations: e.stats.violations.Load(),
+	}
+}
+
+// Submit implements Backend.
+func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {
+	if !a.Valid() {
+		return nil, errkind.New(errkind.Internal, "not_admitted", "request was not admitted")
+	}
+	req := a.Request()
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, errkind.New(errkind.Overload, "shutting_down", "the server is shutting down")
+	}
+	limit, ok := e.cfg.TenantMaxRequests[req.Tenant]
+	if !ok {
+		limit = e.cfg.DefaultMaxRequests
+	}
+	if n := e.inflight[req.Tenant]; limit > 0 && n >= limit {
+		e.mu.Unlock()
+		return nil, errkind.New(errkind.Quota, "rate_limit_exceeded", "this API key's tenant has %d requests in flight, its limit is %d", n, limit)
+	}
+	e.inflight[req.Tenant]++
+	e.mu.Unlock()
+
+	r := &request{
+		id: e.nextID.Add(1), tenant: req.Tenant, tokens: append([]int(nil), req.Prompt...),
+		promptLen: len(req.Prompt), maxTokens: req.MaxTokens, sampler: sample.New(req.Sampling),
+		stream: NewStream(),
+	}
+	select {
+	case e.submitCh <- r:
+	default:
+		e.release(r.tenant)
+		return nil, errkind.New(errkind.Overload, "server_overloaded", "the server's queue is full (%d requests waiting)", e.cfg.MaxQueued)
+	}
+	e.stats.queued.Add(1)
+	// A cancelled context becomes a cancel event for the step loop; the
+	// loop, not this goroutine, frees the request's pages.
+	r.stopWatch = context.AfterFunc(ctx, func() {
+		select {
+		case e.cancelCh <- r:
+		case <-e.done:
+		}
+	})
+	return r.stream, nil
+}
+
+func (e *Engine) release(tenant string) {
+	e.mu.Lock()
+	if e.inflight[tenant]--; e.inflight[tenant] <= 0 {
+		delete(e.inflight, tenant)
+	}
+	e.mu.Unlock()
+}
+
+// Run is the step loop. It returns when ctx is cancelled, after failing
+// every request still queued or running and freeing their pages.
+func (e *Engine) Run(ctx context.Context) error {
+	defer e.shutdown()
+	for {
+		if e.sched.idle() {
+			select {
+			case r := <-e.submitCh:
+				e.sched.enqueue(r)
+			case r := <-e.cancelCh:
+				e.finish(r, Result{Err: errCancelled})
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		e.absorb()
+		if ctx.Err() != nil {
+			return nil
+		}
+		e.step()
+	}
+}
+
+// absorb takes every pending submission and cancellation without blocking.
+func (e *Engine) absorb() {
+	for {
+		select {
+		case r := <-e.submitCh:
+			e.sched.enqueue(r)
+		case r := <-e.cancelCh:
+			e.finish(r, Result{Err: errCancelled})
+		default:
+			return
+		}
+	}
+}
+
+var (
+	errCancelled = errkind.New(errkind.Unavailable, "request_cancelled", "the request was cancelled")
+	errShutdown  = errkind.New(errkind.Overload, "shutting_down", "the server shut down before the request finished")
+)
+
+func (e *Engine) shutdown() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	close(e.done)
+	for {
+		select {
+		case r := <-e.submitCh:
+			e.sched.enqueue(r)
+			continue
+		default:
+		}
+		break
+	}
+	for _, r := range e.sched.all() {
+		e.finish(r, Result{Err: errShutdown})
+	}
+}
+
+// finish ends r with res: frees its pages, closes its stream and releases
+// its tenant's slot. Finishing twice is a no-op.
+func (e *Engine) finish(r *request, res Result) {
+	if r.finished {
+		return
+	}
+	r.finished = true
+	if r.stopWatch != nil {
+		r.stopWatch()
+	}
+	wasRunning := r.seq != nil || r.running
+	e.sched.remove(r)
+	if wasRunning {
+		e.stats.running.Add(-1)
+	} else {
+		e.stats.queued.Add(-1)
+	}
+	res.Usage = Usage{PromptTokens: r.promptLen, CompletionTokens: r.generated()}
+	r.stream.Close(res)
+	e.release(r.tenant)
+}
+
+// step runs one batch: plan, forward, sample, emit.
+func (e *Engine) step() {
+	plan := e.sched.plan()
+	e.stats.queued.Add(int64(len(plan.preempted) - len(plan.started)))
+	e.stats.running.Add(int64(len(plan.started) - len(plan.preempted)))
+	e.stats.preemptions.Add(uint64(len(plan.preempted)))
+	if len(plan.batch) == 0 {
+		return
+	}
+	if err := e.runner.Forward(plan.seqs); err != nil {
+		// A malformed batch is a bug; fail its requests rather than loop.
+		for _, r := range plan.batch {
+			e.finish(r, Result{Err: errkind.Wrap(errkind.Internal, "internal_error", err, "forward pass failed")})
+		}
+		return
+	}
+	e.stats.steps.Add(1)
+	e.stats.batched.Add(uint64(plan.tokens))
+	for i, r := range plan.batch {
+		s := plan.seqs[i]
+		if s.Err != nil {
+			if errors.Is(s.Err, kv.ErrOwnership) {
+				e.stats.violations.Add(1)
+				e.finish(r, Result{Err: errkind.Wrap(errkind.Integrity, "kv_integrity_error", s.Err, "KV cache integrity check failed; the request was stopped")})
+			} else {
+				e.finish(r, Result{Err: errkind.Wrap(errkind.Internal, "internal_error", s.Err, "KV cache error")})
+			}
+			continue
+		}
+		r.fed += len(s.Tokens)
+		if s.Logits == nil {
+			continue // a prompt chunk that does not end the prompt
+		}
+		tok := r.sampler.Next(s.Logits)
+		if e.m.IsEnd(tok) {
+			e.finish(r, Result{Finish: FinishStop})
+			continue
+		}
+		r.tokens = append(r.tokens, tok)
+		r.stream.Push(tok)
+		if r.generated() >= r.maxTokens {
+			e.finish(r, Result{Finish: FinishLength})
+		}
+	}
+}

@@ -1,0 +1,316 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+var (
+	defaultOnce  sync.Once
+	defaultModel *model.Model
+)
+
+func stories(t testing.TB) *model.Model {
+	defaultOnce.Do(func() {
+		m, err := model.Default()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defaultModel = m
+	})
+	return defaultModel
+}
+
+type harness struct {
+	e      *Engine
+	pool   *kv.Pool
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startEngine(t testing.TB, m *model.Model, pages, pageSize int, cfg Config) *harness {
+	t.Helper()
+	pc := kv.ConfigFor(&m.Config, pages, pageSize)
+	pc.Scrub = kv.ScrubPoison
+	pool, err := kv.NewPool(pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := kernels.NewPool(1)
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = Limits{ContextLen: m.Config.ContextLen, MaxInputTokens: m.Config.ContextLen, PoolTokens: pages * pageSize}
+	}
+	e, err := New(cfg, m, threads, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{e: e, pool: pool, cancel: cancel, done: make(chan error, 1)}
+	go func() { h.done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-h.done
+		threads.Close()
+	})
+	return h
+}
+
+// solo generates the reference output of a request run alone, through the
+// model's own single-sequence path with dense KV storage: no pool, no
+// batching, no scheduler.
+func solo(t testing.TB, m *model.Model, prompt []int, maxTokens int, p sample.Params) []int {
+	t.Helper()
+	threads := kernels.NewPool(1)
+	defer threads.Close()
+	r := m.NewRunner(threads, 64)
+	var out []int
+	_, err := r.Generate(prompt, model.NewDenseCache(&m.Config, len(prompt)+maxTokens), maxTokens, sample.New(p), func(tok int) bool {
+		out = append(out, tok)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func collect(ctx context.Context, s *Stream) ([]int, *Result, error) {
+	var out []int
+	for {
+		toks, res, err := s.Next(ctx)
+		if err != nil {
+			return out, nil, err
+		}
+		out = append(out, toks...)
+		if res != nil {
+			return out, res, nil
+		}
+	}
+}
+
+func admit(t testing.TB, e *Engine, req Request) Admitted {
+	t.Helper()
+	a, rej := Admit(req, e.Limits())
+	if rej != nil {
+		t.Fatalf("admission rejected %d-token prompt: %v", len(req.Prompt), rej)
+	}
+	return a
+}
+
+func TestSingleRequestMatchesSolo(t *testing.T) {
+	m := stories(t)
+	h := startEngine(t, m, 64, 16, Config{BatchTokens: 32, MaxRunning: 8})
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	want := solo(t, m, prompt, 100, sample.Params{})
+	s, err := h.e.Submit(context.Background(), admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 100}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, res, err := collect(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Err != nil {
+		t.Fatalf("request failed: %v", res.Err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("engine output differs from solo run:\n got %v\nwant %v", got, want)
+	}
+	if res.Usage.PromptTokens != len(prompt) || res.Usage.CompletionTokens != len(got) {
+		t.Fatalf("usage %+v, want prompt %d completion %d", res.Usage, len(prompt), len(got))
+	}
+	if res.Finish != FinishLength && res.Finish != FinishStop {
+		t.Fatalf("finish %q", res.Finish)
+	}
+}
+
+// TestIsolationUnderLoad is the engine's leak oracle: many tenants'
+// requests share batches, the pool is small enough to force preemption,
+// and some clients cancel; every request that completes must equal its own
+// solo output token for token, no ownership check may trip, and the pool
+// must end entirely free and scrubbed.
+func TestIsolationUnderLoad(t *testing.T) {
+	m := stories(t)
+	const pages, pageSize = 40, 16 // 640 tokens for up to 64 requests: preemption is certain
+	h := startEngine(t, m, pages, pageSize, Config{BatchTokens: 96, MaxRunning: 16})
+	rng := rand.New(rand.NewPCG(1, 2))
+	words := []string{"Once upon a time", "Lily and Tom went to the park", "The little dog was very sad because",
+		"One day, a big red ball", "Tim wanted to fly like a bird", "The sun was hot and", "Mom said"}
+	type job struct {
+		tenant   string
+		prompt   []int
+		max      int
+		params   sample.Params
+		cancelAt int // cancel after this many tokens; -1 never
+		want     []int
+	}
+	jobs := make([]job, 64)
+	for i := range jobs {
+		text := words[rng.IntN(len(words))]
+		for k := rng.IntN(4); k > 0; k-- {
+			text += " " + words[rng.IntN(len(words))]
+		}
+		j := job{tenant: fmt.Sprintf("tenant-%d", i%4), prompt: m.Tokenizer.Encode(text, true), max: 20 + rng.IntN(100), cancelAt: -1}
+		if i%3 == 1 {
+			j.params = sample.Params{Temperature: 0.8, TopP: 0.95, Seed: uint64(i)}
+		}
+		if i%7 == 3 {
+			j.cancelAt = rng.IntN(10)
+		}
+		j.want = solo(t, m, j.prompt, j.max, j.params)
+		jobs[i] = j
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(jobs))
+	completed := 0
+	var mu sync.Mutex
+	for i := range jobs {
+		j := jobs[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := h.e.Submit(ctx, admit(t, h.e, Request{Tenant: j.tenant, Prompt: j.prompt, MaxTokens: j.max, Sampling: j.params}))
+			if err != nil {
+				errs <- err
+				return
+			}
+			var got []int
+			for {
+				toks, res, err := s.Next(context.Background())
+				if err != nil {
+					errs <- err
+					return
+				}
+				got = append(got, toks...)
+				if j.cancelAt >= 0 && len(got) >= j.cancelAt {
+					cancel()
+					j.cancelAt = -2
+				}
+				if res == nil {
+					continue
+				}
+				if res.Err != nil {
+					if j.cancelAt == -2 && res.Err.Code == "request_cancelled" {
+						return
+					}
+					errs <- fmt.Errorf("%s request failed: %v", j.tenant, res.Err)
+					return
+				}
+				if fmt.Sprint(got) != fmt.Sprint(j.want) {
+					errs <- fmt.Errorf("%s: batched output differs from solo run:\n got %v\nwant %v", j.tenant, got, j.want)
+					return
+				}
+				mu.Lock()
+				completed++
+				mu.Unlock()
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := h.e.Stats()
+	if st.Violations != 0 || h.pool.Violations() != 0 {
+		t.Fatalf("ownership violations: engine %d, pool %d", st.Violations, h.pool.Violations())
+	}
+	if st.Preemptions == 0 {
+		t.Errorf("the pool was sized to force preemption, but none happened")
+	}
+	t.Logf("completed %d of %d, %d preemptions, %d steps, %d tokens batched", completed, len(jobs), st.Preemptions, st.Steps, st.BatchedTokens)
+	waitIdle(t, h)
+	ps := h.pool.Stats()
+	if ps.Free != pages {
+		t.Fatalf("pool has %d of %d pages free after all requests ended: %+v", ps.Free, pages, ps)
+	}
+	if err := h.pool.CheckScrubbed(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitIdle(t testing.TB, h *harness) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := h.e.Stats()
+		if st.Queued == 0 && st.Running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine not idle: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestTenantRequestQuota(t *testing.T) {
+	m := stories(t)
+	h := startEngine(t, m, 64, 16, Config{BatchTokens: 32, MaxRunning: 8, DefaultMaxRequests: 2})
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 2; i++ {
+		if _, err := h.e.Submit(ctx, admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 200})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := h.e.Submit(ctx, admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 10}))
+	if e := errkind.Of(err); err == nil || e.Kind != errkind.Quota {
+		t.Fatalf("third request of tenant a: got %v, want a quota error", err)
+	}
+	// Another tenant is unaffected.
+	s, err := h.e.Submit(ctx, admit(t, h.e, Request{Tenant: "b", Prompt: prompt, MaxTokens: 5}))
+	if err != nil {
+		t.Fatalf("tenant b blocked by tenant a's quota: %v", err)
+	}
+	if _, res, _ := collect(ctx, s); res == nil || res.Err != nil {
+		t.Fatalf("tenant b's request: %+v", res)
+	}
+}
+
+func TestAdmitLimits(t *testing.T) {
+	lim := Limits{ContextLen: 100, MaxInputTokens: 50, PoolTokens: 80}
+	prompt := func(n int) []int { return make([]int, n) }
+	cases := []struct {
+		n, max int
+		ok     bool
+	}{
+		{50, 1, true}, {51, 1, false}, // max_input_tokens
+		{50, 30, true}, {50, 31, false}, // pool tokens (80) is tighter than context (100)
+	}
+	for _, c := range cases {
+		_, rej := Admit(Request{Prompt: prompt(c.n), MaxTokens: c.max}, lim)
+		if (rej == nil) != c.ok {
+			t.Errorf("prompt %d + max %d: rejected=%v, want ok=%v (%v)", c.n, c.max, rej != nil, c.ok, rej)
+		}
+		if rej != nil && (rej.Code != "context_length_exceeded" || rej.Kind != errkind.BadInput) {
+			t.Errorf("rejection %+v, want a bad-input context_length_exceeded", rej)
+		}
+	}
+	lim.PoolTokens = 1000
+	if _, rej := Admit(Request{Prompt: prompt(50), MaxTokens: 50}, lim); rej != nil {
+		t.Errorf("exactly at the context limit rejected: %v", rej)
+	}
+	if _, rej := Admit(Request{Prompt: prompt(50), MaxTokens: 51}, lim); rej == nil {
+		t.Errorf("context limit + 1 admitted")
+	}
+	var zero Admitted
+	if zero.Valid() {
+		t.Errorf("the zero Admitted claims to be valid")
+	}
+}

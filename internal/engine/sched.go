@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"errors"
+	"sort"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+// request is the engine's state for one admitted request.
+type request struct {
+	id     uint64 // engine-assigned, increasing in arrival order
+	tenant string
+	// tokens is the prompt followed by the tokens generated so far. After a
+	// preemption the whole of it is prefilled again, which recomputes
+	// exactly the KV that was dropped (the forward pass is batch-invariant).
+	tokens    []int
+	promptLen int
+	maxTokens int
+	fed       int     // leading tokens whose KV is in seq
+	seq       *kv.Seq // nil while queued
+	running   bool
+	finished  bool
+
+	sampler   *sample.Sampler
+	stream    *Stream
+	logits    []float32
+	mseq      model.Seq
+	stopWatch func() bool
+}
+
+func (r *request) generated() int { return len(r.tokens) - r.promptLen }
+
+// scheduler decides what each step computes. It does no I/O and reads no
+// clock: given the same arrivals and pool it makes the same decisions, so
+// tests can drive it step by step.
+type scheduler struct {
+	pool       *kv.Pool
+	budget     int
+	maxRunning int
+	vocab      int
+
+	queue   []*request // waiting, ordered by id (arrival)
+	running []*request // ordered by id
+}
+
+// stepPlan is one step's work.
+type stepPlan struct {
+	batch     []*request
+	seqs      []*model.Seq
+	tokens    int
+	started   []*request
+	preempted []*request
+}
+
+func (s *scheduler) idle() bool { return len(s.queue) == 0 && len(s.running) == 0 }
+
+func (s *scheduler) all() []*request {
+	return append(append([]*request(nil), s.queue...), s.running...)
+}
+
+func (s *scheduler) enqueue(r *request) { s.queue = insertByID(s.queue, r) }
+
+func insertByID(list []*request, r *request) []*request {
+	i := sort.Search(len(list), func(i int) bool { return list[i].id > r.id })
+	list = append(list, nil)
+	copy(list[i+1:], list[i:])
+	list[i] = r
+	return list
+}
+
+func without(list []*request, r *request) []*request {
+	for i, x := range list {
+		if x == r {
+			return append(list[:i], list[i+1:]...)
+		}
+	}
+	return list
+}
+
+// remove drops r from the scheduler and frees its pages.
+func (s *scheduler) remove(r *request) {
+	s.queue = without(s.queue, r)
+	s.running = without(s.running, r)
+	if r.seq != nil {
+		r.seq.Free()
+		r.seq = nil
+	}
+	r.running = false
+}
+
+// preempt frees r's pages and sends it back to the queue in arrival order;
+// it will prefill its prompt and generated tokens again when it restarts.
+func (s *scheduler) preempt(r *request) {
+	s.running = without(s.running, r)
+	r.seq.Free()
+	r.seq, r.fed, r.running = nil, 0, false
+	s.enqueue(r)
+}
+
+// plan picks the next batch: one token for every decoding sequence first,
+// then prompt chunks for sequences still prefilling, then new requests in
+// arrival order while the token budget, the running limit and the pool
+// allow. When the pool cannot grow a decoding sequence, the latest arrival
+// is preempted (possibly the sequence itself).
+func (s *scheduler) plan() stepPlan {
+	var p stepPlan
+	left := s.budget
+
+	// Pass 1: decoding sequences, one token each.
+	for _, r := range append([]*request(nil), s.running...) {
+		if !r.running || r.fed != len(r.tokens)-1 {
+			continue
+		}
+		for {
+			err := r.seq.Grow(len(r.tokens))
+			if err == nil {
+				break
+			}
+			victim := s.running[len(s.running)-1]
+			if errors.Is(err, kv.ErrQuota) {
+				victim = r // the tenant is at its own page limit: only it waits
+			}
+			s.preempt(victim)
+			p.preempted = append(p.preempted, victim)
+			if victim == r {
+				break
+			}
+		}
+		if !r.running || left == 0 {
+			continue
+		}
+		s.add(&p, r, 1)
+		left--
+	}
+
+	// Pass 2: sequences part-way through their prompt.
+	for _, r := range s.running {
+		if left == 0 {
+			break
+		}
+		if n := len(r.tokens) - r.fed; n > 1 {
+			c := min(n, left)
+			s.add(&p, r, c)
+			left -= c
+		}
+	}
+
+	// Pass 3: start queued requests, first come first served. A request
+	// that does not fit in the pool blocks those behind it (no overtaking);
+	// one held back only by its own tenant's page quota does not.
+	if len(p.preempted) == 0 {
+		blockedTenant := map[string]bool{}
+		for i := 0; i < len(s.queue) && left > 0 && len(s.running) < s.maxRunning; {
+			r := s.queue[i]
+			if blockedTenant[r.tenant] {
+				i++
+				continue
+			}
+			seq, err := s.pool.Alloc(kv.Owner{Tenant: r.tenant, Request: r.id}, len(r.tokens))
+			if errors.Is(err, kv.ErrQuota) {
+				blockedTenant[r.tenant] = true
+				i++
+				continue
+			}
+			if err != nil {
+				break
+			}
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			r.seq, r.running, r.fed = seq, true, 0
+			if r.logits == nil {
+				r.logits = make([]float32, s.vocab)
+			}
+			s.running = insertByID(s.running, r)
+			p.started = append(p.started, r)
+			c := min(len(r.tokens), left)
+			s.add(&p, r, c)
+			left -= c
+		}
+	}
+	return p
+}
+
+// add puts n of r's unfed tokens into the plan.
+func (s *scheduler) add(p *stepPlan, r *request, n int) {
+	ms := &r.mseq
+	ms.Tokens = r.tokens[r.fed : r.fed+n]
+	ms.Pos = r.fed
+	ms.Cache = r.seq
+	ms.Logits = nil
+	if r.fed+n == len(r.tokens) {
+		ms.Logits = r.logits
+	}
+	p.batch = append(p.batch, r)
+	p.seqs = append(p.seqs, ms)
+	p.tokens += n
+}

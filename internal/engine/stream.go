@@ -1,0 +1,116 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// FinishReason says why a successful generation ended.
+type FinishReason string
+
+const (
+	// FinishStop: an end-of-text token or a stop sequence.
+	FinishStop FinishReason = "stop"
+	// FinishLength: max_tokens reached.
+	FinishLength FinishReason = "length"
+)
+
+// Usage counts a request's tokens honestly: PromptTokens is the length of
+// the prompt the engine processed (BOS included), CachedTokens how many of
+// them came from the tenant's prefix cache.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int
+}
+
+// Result ends a stream. Exactly one of Finish and Err is set: a failure is
+// never dressed up as a finish reason.
+type Result struct {
+	Finish FinishReason
+	Err    *errkind.Error
+	Usage  Usage
+}
+
+// Stream carries one request's generated tokens from a Backend to its
+// consumer. The producer never blocks on the consumer: tokens queue inside
+// the stream (at most max_tokens of them), so a slow reader cannot stall a
+// batch that other tenants share.
+//
+// Consumer methods (Next) and producer methods (Push, Close) are safe for
+// concurrent use with each other.
+type Stream struct {
+	mu     sync.Mutex
+	queued []int
+	result *Result
+	wake   chan struct{} // capacity 1: "something changed"
+}
+
+// NewStream returns an open stream. Backends create streams; consumers get
+// them from Submit.
+func NewStream() *Stream { return &Stream{wake: make(chan struct{}, 1)} }
+
+// Push appends generated tokens. Push after Close is ignored.
+func (s *Stream) Push(tokens ...int) {
+	s.mu.Lock()
+	if s.result == nil {
+		s.queued = append(s.queued, tokens...)
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// Close ends the stream with r. Only the first Close counts.
+func (s *Stream) Close(r Result) {
+	s.mu.Lock()
+	if s.result == nil {
+		s.result = &r
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Stream) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Next blocks until tokens are available or the stream ends. It returns
+// the tokens produced since the last call (possibly none) and, once every
+// token has been returned, the final Result. ctx bounds the wait only; it
+// does not cancel the request (cancel the context given to Submit for
+// that).
+func (s *Stream) Next(ctx context.Context) ([]int, *Result, error) {
+	for {
+		s.mu.Lock()
+		toks := s.queued
+		s.queued = nil
+		res := s.result
+		s.mu.Unlock()
+		if len(toks) > 0 || res != nil {
+			return toks, res, nil
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// Backend runs admitted requests: the in-process engine, or (in
+// disaggregated mode) the router that drives a prefill and a decode peer.
+// The HTTP layer depends only on this interface.
+type Backend interface {
+	// Limits are the limits requests must be admitted against.
+	Limits() Limits
+	// Submit starts an admitted request. Cancelling ctx cancels the
+	// request and frees everything it holds; the stream then ends with a
+	// Result whose Err says so. An error here means the request never
+	// started (quota, overload, shutdown) and holds nothing.
+	Submit(ctx context.Context, a Admitted) (*Stream, error)
+}

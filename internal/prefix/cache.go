@@ -1,0 +1,309 @@
+package prefix
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+)
+
+// ErrNamespace: an empty namespace, or a page that belongs to another
+// namespace than the one it is being cached under.
+var ErrNamespace = errors.New("prefix cache namespace error")
+
+// Config bounds the cache.
+type Config struct {
+	// MaxBlocks is how many blocks one namespace may keep cached. Zero
+	// means a quarter of the pool's pages.
+	MaxBlocks int
+	// NamespaceBlocks overrides MaxBlocks per namespace; 0 turns caching
+	// off for that namespace.
+	NamespaceBlocks map[string]int
+}
+
+// node is one cached block. It holds one kv reference on its page.
+type node struct {
+	key      Key
+	ns       *space
+	parent   *node
+	children int
+	ref      kv.PageRef
+	elem     *list.Element // in ns.lru; front is most recently used
+	stamp    uint64        // logical time of last use, for Reclaim across namespaces
+}
+
+// space is one namespace's share of the cache.
+type space struct {
+	name          string
+	limit, blocks int
+	lru           list.List
+	hits, misses  uint64
+}
+
+// Cache is a tenant-scoped radix cache of prefix blocks over a kv.Pool. A
+// block is PageSize tokens, and the cache holds it as a shared, read-only
+// kv page. Blocks form a tree through their keys' parent hashes; a lookup
+// walks it from the root and stops at the first miss.
+//
+// All methods are safe for concurrent use (one mutex), though the engine
+// is expected to call them from its step goroutine.
+type Cache struct {
+	mu     sync.Mutex
+	pool   *kv.Pool
+	bs     int
+	cfg    Config
+	nodes  map[Key]*node
+	spaces map[string]*space
+	clock  uint64
+	nextID uint64 // request ids of the cache entries' page owners
+
+	inserted, evicted, releaseErrs uint64
+}
+
+// New returns an empty cache over pool, with blocks of the pool's page size.
+func New(pool *kv.Pool, cfg Config) (*Cache, error) {
+	pages, ps := pool.Capacity()
+	if cfg.MaxBlocks < 0 {
+		return nil, fmt.Errorf("prefix cache: max blocks %d is negative", cfg.MaxBlocks)
+	}
+	if cfg.MaxBlocks == 0 {
+		cfg.MaxBlocks = max(1, pages/4)
+	}
+	for ns, n := range cfg.NamespaceBlocks {
+		if n < 0 {
+			return nil, fmt.Errorf("prefix cache: namespace %q block limit %d is negative", ns, n)
+		}
+	}
+	return &Cache{pool: pool, bs: ps, cfg: cfg, nodes: map[Key]*node{}, spaces: map[string]*space{}}, nil
+}
+
+// BlockSize is the number of tokens per cached block (the pool's page size).
+func (c *Cache) BlockSize() int { return c.bs }
+
+func (c *Cache) space(ns string) *space {
+	s := c.spaces[ns]
+	if s == nil {
+		limit, ok := c.cfg.NamespaceBlocks[ns]
+		if !ok {
+			limit = c.cfg.MaxBlocks
+		}
+		s = &space{name: ns, limit: limit}
+		c.spaces[ns] = s
+	}
+	return s
+}
+
+// touch marks path as just used, deepest block first, so that a parent is
+// always more recent than its children and LRU order evicts leaves first.
+func (c *Cache) touch(path []*node) {
+	for i := len(path) - 1; i >= 0; i-- {
+		n := path[i]
+		c.clock++
+		n.stamp = c.clock
+		n.ns.lru.MoveToFront(n.elem)
+	}
+}
+
+// Lookup returns the cached pages of the longest cached prefix of tokens
+// in namespace ns, in order, and how many tokens they cover (a multiple of
+// the block size). The refs stay owned by the cache: pass them to
+// kv.Pool.AllocWithPrefix, which takes its own holds, before anything can
+// evict them. An engine that needs logits for the prompt's last token
+// should look up tokens[:len(tokens)-1], so that at least one token is
+// left to compute.
+func (c *Cache) Lookup(ns string, tokens []int) (hits []kv.PageRef, matchedTokens int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns == "" {
+		return nil, 0
+	}
+	sp := c.space(ns)
+	var path []*node
+	var h Key
+	for i := 0; (i+1)*c.bs <= len(tokens); i++ {
+		h = BlockKey(ns, h, tokens[i*c.bs:(i+1)*c.bs])
+		n := c.nodes[h]
+		if n == nil || n.ns != sp {
+			break
+		}
+		path = append(path, n)
+		hits = append(hits, n.ref)
+	}
+	if len(path) == 0 {
+		sp.misses++
+		return nil, 0
+	}
+	sp.hits++
+	c.touch(path)
+	return hits, len(path) * c.bs
+}
+
+// Insert caches the full blocks of tokens that s holds (positions written
+// in every layer) under namespace ns, sharing s's pages read-only. Blocks
+// already cached are only marked used. When ns is at its quota, its least
+// recently used blocks are evicted to make room; Insert stops early when
+// nothing else can go. It returns how many blocks it added.
+//
+// s must hold the KV of exactly these tokens from position 0; the cache
+// cannot check that, the engine must.
+func (c *Cache) Insert(ns string, tokens []int, s *kv.Seq) (added int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns == "" {
+		return 0, fmt.Errorf("%w: insert without a namespace", ErrNamespace)
+	}
+	sp := c.space(ns)
+	blocks := min(len(tokens), s.Len()) / c.bs
+	var path []*node
+	var parent *node
+	var h Key
+	defer func() { c.touch(path) }()
+	for i := range blocks {
+		h = BlockKey(ns, h, tokens[i*c.bs:(i+1)*c.bs])
+		if n := c.nodes[h]; n != nil {
+			if n.ns != sp {
+				return added, fmt.Errorf("%w: key %v of namespace %q is held by another namespace", ErrNamespace, h, ns)
+			}
+			path, parent = append(path, n), n
+			continue
+		}
+		if sp.blocks >= sp.limit && !c.evictOne(sp, parent) {
+			return added, nil
+		}
+		c.nextID++
+		ref, err := s.SharePage(i, kv.Owner{Tenant: ns, Request: c.nextID})
+		if err != nil {
+			return added, fmt.Errorf("prefix cache: block %d of %d: %w", i, blocks, err)
+		}
+		if ref.Owner().Tenant != ns {
+			// The sequence attached this page from another namespace's
+			// cache; caching it here would hand it across namespaces.
+			if rerr := c.pool.Release(ref); rerr != nil {
+				c.releaseErrs++
+			}
+			return added, fmt.Errorf("%w: block %d of the sequence is a page of another namespace", ErrNamespace, i)
+		}
+		n := &node{key: h, ns: sp, parent: parent, ref: ref}
+		n.elem = sp.lru.PushFront(n)
+		c.nodes[h] = n
+		sp.blocks++
+		if parent != nil {
+			parent.children++
+		}
+		c.inserted++
+		added++
+		path, parent = append(path, n), n
+	}
+	return added, nil
+}
+
+// evictOne removes the least recently used leaf block of sp other than
+// keep, and reports whether there was one.
+func (c *Cache) evictOne(sp *space, keep *node) bool {
+	for e := sp.lru.Back(); e != nil; e = e.Prev() {
+		if n := e.Value.(*node); n.children == 0 && n != keep {
+			c.remove(n)
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cache) remove(n *node) {
+	delete(c.nodes, n.key)
+	n.ns.lru.Remove(n.elem)
+	n.ns.blocks--
+	if n.parent != nil {
+		n.parent.children--
+	}
+	if err := c.pool.Release(n.ref); err != nil {
+		// The cache's own hold was already gone: a bug somewhere, counted
+		// so tests and metrics see it.
+		c.releaseErrs++
+	}
+	c.evicted++
+}
+
+// Evict removes up to blocks least recently used blocks of namespace ns,
+// leaves first, releasing their pages, and returns how many it removed.
+func (c *Cache) Evict(ns string, blocks int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sp := c.spaces[ns]
+	n := 0
+	for sp != nil && n < blocks && c.evictOne(sp, nil) {
+		n++
+	}
+	return n
+}
+
+// Reclaim removes up to blocks of the least recently used blocks across
+// all namespaces, for when the pool runs short, and returns how many it
+// removed. A page goes back to the pool only once no sequence still
+// attaches it.
+func (c *Cache) Reclaim(blocks int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for n < blocks {
+		var victim *node
+		for _, sp := range c.spaces {
+			for e := sp.lru.Back(); e != nil; e = e.Prev() {
+				if v := e.Value.(*node); v.children == 0 {
+					if victim == nil || v.stamp < victim.stamp {
+						victim = v
+					}
+					break
+				}
+			}
+		}
+		if victim == nil {
+			break
+		}
+		c.remove(victim)
+		n++
+	}
+	return n
+}
+
+// Clear evicts everything.
+func (c *Cache) Clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sp := range c.spaces {
+		for c.evictOne(sp, nil) {
+		}
+	}
+}
+
+// Stats is a snapshot of the cache.
+type Stats struct {
+	Hits, Misses      uint64 // lookups that matched at least one block, and those that matched none
+	Inserted, Evicted uint64 // blocks
+	Blocks            map[string]int
+	NamespaceHits     map[string]uint64
+	// ReleaseErrors counts cache holds the pool no longer recognised. It
+	// must stay zero.
+	ReleaseErrors uint64
+}
+
+// Stats returns a snapshot.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := Stats{Inserted: c.inserted, Evicted: c.evicted, ReleaseErrors: c.releaseErrs,
+		Blocks: map[string]int{}, NamespaceHits: map[string]uint64{}}
+	for name, sp := range c.spaces {
+		st.Hits += sp.hits
+		st.Misses += sp.misses
+		if sp.blocks > 0 {
+			st.Blocks[name] = sp.blocks
+		}
+		if sp.hits > 0 {
+			st.NamespaceHits[name] = sp.hits
+		}
+	}
+	return st
+}

@@ -1,0 +1,246 @@
+package prefix
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+)
+
+const bs = 4
+
+func newPool(t *testing.T, pages int) *kv.Pool {
+	t.Helper()
+	p, err := kv.NewPool(kv.PoolConfig{Pages: pages, PageSize: bs, Layers: 2, KVDim: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// prefill allocates a sequence for tokens and writes a value for every
+// position that depends on (tag, token prefix), as a forward pass would.
+func prefill(t testing.TB, p *kv.Pool, owner kv.Owner, tokens []int, tag string) *kv.Seq {
+	t.Helper()
+	s, err := p.Alloc(owner, len(tokens))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := make([]float32, 2*len(tokens))
+	for pos := range tokens {
+		k[2*pos], k[2*pos+1] = content(tag, tokens[:pos+1])
+	}
+	for l := range 2 {
+		if err := s.WriteTokens(l, 0, len(tokens), k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func content(tag string, prefix []int) (float32, float32) {
+	h := BlockKey(tag, Key{}, prefix)
+	return float32(uint32(h[0])<<12 | uint32(h[1])<<4 | uint32(h[2]&15)), float32(uint32(h[3])<<12 | uint32(h[4])<<4 | uint32(h[5]&15))
+}
+
+func seqOf(n, base int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = base + i
+	}
+	return s
+}
+
+func TestSameNamespaceHitsOtherMisses(t *testing.T) {
+	p := newPool(t, 16)
+	c, _ := New(p, Config{})
+	tokens := seqOf(10, 100) // two full blocks and a partial one
+	a := prefill(t, p, kv.Owner{Tenant: "alice", Request: 1}, tokens, "alice")
+	nsA, nsB := Namespace("alice", nil), Namespace("bob", nil)
+	if n, err := c.Insert(nsA, tokens, a); err != nil || n != 2 {
+		t.Fatalf("Insert: %d blocks, %v; want the 2 full blocks", n, err)
+	}
+	hits, matched := c.Lookup(nsA, tokens)
+	if matched != 8 || len(hits) != 2 {
+		t.Fatalf("same namespace: matched %d tokens in %d blocks, want 8 in 2", matched, len(hits))
+	}
+	if hits, matched := c.Lookup(nsB, tokens); matched != 0 || hits != nil {
+		t.Fatalf("other namespace: matched %d tokens, want a miss", matched)
+	}
+	if _, matched := c.Lookup("", tokens); matched != 0 {
+		t.Fatal("the empty namespace hit")
+	}
+	if st := c.Stats(); st.Hits != 1 || st.Misses != 1 || st.Blocks[nsA] != 2 || len(st.Blocks) != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The hit attaches and reads back alice's KV; a differing third token
+	// block still matches only the shared part.
+	b, err := p.AllocWithPrefix(kv.Owner{Tenant: "alice", Request: 2}, hits, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]float32, 16)
+	if err := b.ReadTokens(1, 0, 8, buf, buf); err != nil {
+		t.Fatal(err)
+	}
+	for pos := range 8 {
+		if k0, k1 := content("alice", tokens[:pos+1]); buf[2*pos] != k0 || buf[2*pos+1] != k1 {
+			t.Fatalf("attached position %d reads %v, want alice's KV", pos, buf[2*pos:2*pos+2])
+		}
+	}
+	other := append(seqOf(4, 100), 7, 7, 7, 7)
+	if _, matched := c.Lookup(nsA, other); matched != 4 {
+		t.Fatalf("diverging second block: matched %d, want 4", matched)
+	}
+	if p.Stats().Violations != 0 {
+		t.Fatal("ownership violations")
+	}
+}
+
+func TestGroupNamespaceSharesExplicitly(t *testing.T) {
+	groups := map[string]string{"alice": "acme", "carol": "acme"}
+	if Namespace("alice", groups) != Namespace("carol", groups) {
+		t.Fatal("grouped tenants get different namespaces")
+	}
+	if Namespace("bob", groups) == Namespace("alice", groups) || Namespace("acme", nil) == Namespace("alice", groups) {
+		t.Fatal("an ungrouped tenant shares a grouped namespace")
+	}
+	if Namespace("", groups) != "" {
+		t.Fatal("the empty tenant got a namespace")
+	}
+}
+
+func TestKeysSeparateFields(t *testing.T) {
+	var zero, other Key
+	other[0] = 1
+	keys := map[Key]string{}
+	for name, k := range map[string]Key{
+		"base":       BlockKey("a", zero, []int{1, 2}),
+		"ns":         BlockKey("b", zero, []int{1, 2}),
+		"ns-longer":  BlockKey("a\x00", zero, []int{1, 2}),
+		"parent":     BlockKey("a", other, []int{1, 2}),
+		"order":      BlockKey("a", zero, []int{2, 1}),
+		"length":     BlockKey("a", zero, []int{1, 2, 0}),
+		"empty":      BlockKey("", zero, nil),
+		"negative":   BlockKey("a", zero, []int{-1, 2}),
+		"big-tokens": BlockKey("a", zero, []int{1 << 40, 2}),
+	} {
+		if prev, dup := keys[k]; dup {
+			t.Fatalf("%s and %s hash alike", name, prev)
+		}
+		keys[k] = name
+	}
+}
+
+func TestEvictionReturnsPagesToPool(t *testing.T) {
+	p := newPool(t, 8)
+	c, _ := New(p, Config{})
+	tokens := seqOf(12, 0)
+	s := prefill(t, p, kv.Owner{Tenant: "t", Request: 1}, tokens, "t")
+	ns := Namespace("t", nil)
+	if n, _ := c.Insert(ns, tokens, s); n != 2 {
+		// The default quota is a quarter of 8 pages.
+		t.Fatalf("inserted %d blocks, want 2 (default quota)", n)
+	}
+	s.Free()
+	if st := p.Stats(); st.Shared != 2 || st.Free != 6 {
+		t.Fatalf("after freeing the sequence: %+v, want the 2 cached pages held", st)
+	}
+	if n := c.Evict(ns, 1); n != 1 {
+		t.Fatalf("evicted %d", n)
+	}
+	if _, matched := c.Lookup(ns, tokens); matched != 4 {
+		t.Fatalf("after evicting one block, matched %d; want the first block (leaves go first)", matched)
+	}
+	c.Clear()
+	if st := p.Stats(); st.Free != 8 {
+		t.Fatalf("after Clear: %+v, want every page free", st)
+	}
+	if err := p.CheckScrubbed(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Stats().ReleaseErrors != 0 {
+		t.Fatal("release errors")
+	}
+}
+
+func TestLRUAndQuota(t *testing.T) {
+	p := newPool(t, 32)
+	c, _ := New(p, Config{MaxBlocks: 3, NamespaceBlocks: map[string]int{"off": 0}})
+	ns := "tenant:t"
+	var seqs [][]int
+	for i := range 4 {
+		tokens := seqOf(bs, 10*i)
+		seqs = append(seqs, tokens)
+		s := prefill(t, p, kv.Owner{Tenant: "t", Request: uint64(i)}, tokens, "t")
+		if i == 3 {
+			// Touch block 0 so block 1 is now the least recently used.
+			if _, m := c.Lookup(ns, seqs[0]); m != bs {
+				t.Fatal("block 0 missing")
+			}
+		}
+		if n, err := c.Insert(ns, tokens, s); n != 1 || err != nil {
+			t.Fatalf("insert %d: %d, %v", i, n, err)
+		}
+		s.Free()
+	}
+	for i, want := range []int{bs, 0, bs, bs} {
+		if _, m := c.Lookup(ns, seqs[i]); m != want {
+			t.Fatalf("block %d: matched %d, want %d", i, m, want)
+		}
+	}
+	if st := c.Stats(); st.Blocks[ns] != 3 || st.Evicted != 1 {
+		t.Fatalf("stats %+v, want 3 blocks and 1 eviction", st)
+	}
+	// A chain longer than the quota keeps only its first blocks.
+	long := seqOf(6*bs, 500)
+	s := prefill(t, p, kv.Owner{Tenant: "u", Request: 9}, long, "u")
+	if n, _ := c.Insert("tenant:u", long, s); n != 3 {
+		t.Fatalf("long chain: inserted %d, want the quota of 3", n)
+	}
+	if n, _ := c.Insert("off", long, s); n != 0 {
+		t.Fatalf("namespace with quota 0 cached %d blocks", n)
+	}
+	if _, err := c.Insert("", long, s); !errors.Is(err, ErrNamespace) {
+		t.Fatalf("insert without namespace: %v", err)
+	}
+}
+
+func TestReclaimIsGlobalLRU(t *testing.T) {
+	p := newPool(t, 16)
+	c, _ := New(p, Config{MaxBlocks: 8})
+	for i, ns := range []string{"tenant:a", "tenant:b", "tenant:c"} {
+		tokens := seqOf(bs, 10*i)
+		s := prefill(t, p, kv.Owner{Tenant: ns, Request: uint64(i)}, tokens, ns)
+		c.Insert(ns, tokens, s)
+		s.Free()
+	}
+	c.Lookup("tenant:a", seqOf(bs, 0))
+	if n := c.Reclaim(1); n != 1 {
+		t.Fatal("nothing reclaimed")
+	}
+	if st := c.Stats(); st.Blocks["tenant:b"] != 0 || st.Blocks["tenant:a"] != 1 || st.Blocks["tenant:c"] != 1 {
+		t.Fatalf("reclaim took the wrong block: %+v", st.Blocks)
+	}
+}
+
+func TestForeignPageIsNotCached(t *testing.T) {
+	p := newPool(t, 16)
+	c, _ := New(p, Config{})
+	tokens := seqOf(8, 0)
+	a := prefill(t, p, kv.Owner{Tenant: "a", Request: 1}, tokens, "a")
+	c.Insert("tenant:a", tokens, a)
+	hits, _ := c.Lookup("tenant:a", tokens)
+	// An engine bug: a sequence that attached namespace a's pages inserts
+	// under namespace b. The cache must refuse rather than re-home them.
+	b, err := p.AllocWithPrefix(kv.Owner{Tenant: "b", Request: 2}, hits, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Insert("tenant:b", tokens, b); !errors.Is(err, ErrNamespace) || n != 0 {
+		t.Fatalf("insert of a's pages under b: %d, %v; want ErrNamespace", n, err)
+	}
+	if _, m := c.Lookup("tenant:b", tokens); m != 0 {
+		t.Fatal("namespace b hits a's pages")
+	}
+}
