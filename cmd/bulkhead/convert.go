@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/bulkhead-llm/bulkhead/internal/convert"
@@ -36,6 +37,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	dt, err := tensor.ParseDType(*typ)
 	if err != nil {
 		return usageError{err}
+	}
+	if !slices.Contains(convert.Types(), dt) {
+		return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0)", dt)
 	}
 	var m *convert.Model
 	switch {

@@ -148,3 +148,37 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// TestGenerateGoldenQuantized reports how many reference completions
+// survive each lossy weight type on this 64-wide model, and holds the line
+// at what the types reach today, so a regression in a quantized kernel
+// shows up as a count. Q4_0 rarely survives 121 tokens exactly, so for it
+// the measure is how far each completion follows the reference.
+func TestGenerateGoldenQuantized(t *testing.T) {
+	floors := map[string]int{"f16": 4, "bf16": 5, "q8_0": 2}
+	for _, typ := range []string{"f16", "bf16", "q8_0"} {
+		path := convertEmbedded(t, typ)
+		n, lines := generateGolden(t, "--model", path)
+		t.Logf("%s: %d of %d golden completions reproduced byte for byte", typ, n, len(lines))
+		if n < floors[typ] {
+			t.Errorf("%s: %d of %d golden completions reproduced, want at least %d", typ, n, len(lines), floors[typ])
+		}
+	}
+	path := convertEmbedded(t, "q4_0")
+	total := 0
+	for _, g := range loadGolden(t) {
+		out, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", g.Prompt, "--max-tokens", strconv.Itoa(g.MaxTokens+1), "--temperature", "0")
+		if code != 0 {
+			t.Fatal(errOut)
+		}
+		n := 0
+		for n < len(out) && n < len(g.Completion) && out[n] == g.Completion[n] {
+			n++
+		}
+		t.Logf("q4_0 %q follows the reference for %d of %d bytes", g.Prompt, n, len(g.Completion))
+		total += n
+	}
+	if total < 60 {
+		t.Errorf("q4_0 completions follow the reference for %d bytes in all, want at least 60", total)
+	}
+}

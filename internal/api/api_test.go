@@ -96,10 +96,10 @@ func TestChatAppliesTemplate(t *testing.T) {
 	resp, err := h.client(keyA).Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model:               embedded.Name,
 		Messages:            []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("Be kind."), openai.UserMessage("Tell a story.")},
-		MaxCompletionTokens: openai.Int(30),
+		MaxCompletionTokens: openai.Int(20),
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v: %s", err, err.(*openai.Error).RawJSON())
 	}
 	want := h.fake.tok.EncodeSpecial("[system]Be kind.[user]Tell a story.[assistant]", true)
 	if got := h.fake.calls()[0].Prompt; !equalInts(got, want) {
@@ -108,7 +108,7 @@ func TestChatAppliesTemplate(t *testing.T) {
 	if resp.Usage.PromptTokens != int64(len(want)) || resp.Choices[0].Message.Role != "assistant" || resp.Choices[0].Message.Content == "" {
 		t.Fatalf("response %+v", resp)
 	}
-	if h.fake.calls()[0].MaxTokens != 30 {
+	if h.fake.calls()[0].MaxTokens != 20 {
 		t.Fatalf("max_completion_tokens not honoured: %d", h.fake.calls()[0].MaxTokens)
 	}
 }
@@ -256,17 +256,17 @@ func TestStopCancelsBackend(t *testing.T) {
 		f.reply = func([]int) string { return strings.Repeat(" The dog ran.", 30) }
 	})
 	p := completionParams("x")
-	p.MaxTokens = openai.Int(200)
+	p.MaxTokens = openai.Int(60)
 	p.Prompt = tokenPrompt(2)
 	p.Stop = openai.CompletionNewParamsStopUnion{OfString: openai.String("dog")}
 	resp, err := h.client(keyA).Completions.New(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Choices[0].Text != "The " && resp.Choices[0].Text != " The " {
+	if resp.Choices[0].Text != "  The " { // the fake's reply decodes with the encoder's space prefix
 		t.Fatalf("text %q", resp.Choices[0].Text)
 	}
-	if resp.Usage.CompletionTokens >= 100 {
+	if resp.Usage.CompletionTokens >= 20 {
 		t.Fatalf("generation was not cut short: %d tokens", resp.Usage.CompletionTokens)
 	}
 }
@@ -393,3 +393,5 @@ func equalInts(a, b []int) bool {
 }
 
 var _ = option.WithAPIKey
+
+func contextWithCancel() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -83,6 +84,7 @@ func (f *fakeBackend) Submit(ctx context.Context, a engine.Admitted) (*engine.St
 			}
 			st.Push(t)
 			n++
+			time.Sleep(20 * time.Microsecond) // let the consumer see tokens one by one
 			if t == f.tok.EOS() {
 				break
 			}

@@ -133,7 +133,9 @@ func jsonError(err error) *errkind.Error {
 		if typ.Field == "" {
 			return badInput("", "invalid_type", "the request body must be a JSON object, not %s", typ.Value)
 		}
-		return badInput(typ.Field, "invalid_type", "%s must be %s, not %s", typ.Field, jsonType(typ.Type), typ.Value)
+		// Fields of the embedded commonParams come prefixed with its Go name.
+		field := strings.TrimPrefix(typ.Field, "commonParams.")
+		return badInput(field, "invalid_type", "%s must be %s, not %s", field, jsonType(typ.Type), typ.Value)
 	}
 	msg := strings.TrimPrefix(err.Error(), "json: ")
 	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {

@@ -1,0 +1,152 @@
+package model_test
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/convert"
+	"github.com/bulkhead-llm/bulkhead/internal/gguf"
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// randomModel builds a random-weight model of the given shape in memory,
+// through the same GGUF writer and loader a file would go through.
+func randomModel(t testing.TB, s convert.Shape, dt tensor.DType) *model.Model {
+	t.Helper()
+	cm, err := convert.Random(s, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := convert.WriteGGUF(&buf, cm, dt); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// logitsAlone runs one sequence's tokens alone, one token per forward
+// pass, and returns the logits after each token.
+func logitsAlone(t testing.TB, m *model.Model, threads *kernels.Pool, tokens []int) [][]float32 {
+	r := m.NewRunner(threads, 1)
+	cache := model.NewDenseCache(&m.Config, len(tokens))
+	var out [][]float32
+	for i, tok := range tokens {
+		l := make([]float32, m.Config.Vocab)
+		s := &model.Seq{Tokens: []int{tok}, Pos: i, Cache: cache, Logits: l}
+		if err := r.Forward([]*model.Seq{s}); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// checkBatchInvariance runs several sequences of different lengths in
+// mixed batches (prompt chunks beside single decode tokens, at different
+// positions, with different thread counts) and requires every logit to be
+// bit-for-bit what the sequence produced alone.
+func checkBatchInvariance(t *testing.T, m *model.Model, nseq, length int) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	seqs := make([][]int, nseq)
+	for i := range seqs {
+		n := length/2 + rng.IntN(length/2)
+		seqs[i] = make([]int, n)
+		for j := range seqs[i] {
+			seqs[i][j] = 3 + rng.IntN(m.Config.Vocab-3)
+		}
+	}
+	one := kernels.NewPool(1)
+	defer one.Close()
+	want := make([][][]float32, nseq)
+	for i, s := range seqs {
+		want[i] = logitsAlone(t, m, one, s)
+	}
+	for _, threads := range []int{1, 2} {
+		pool := kernels.NewPool(threads)
+		r := m.NewRunner(pool, 64)
+		caches := make([]*model.DenseCache, nseq)
+		fed := make([]int, nseq)
+		for i := range caches {
+			caches[i] = model.NewDenseCache(&m.Config, len(seqs[i]))
+		}
+		for step := 0; ; step++ {
+			var batch []*model.Seq
+			var owner []int
+			budget := 64
+			for i, s := range seqs {
+				left := len(s) - fed[i]
+				if left == 0 || budget == 0 {
+					continue
+				}
+				// Vary chunk sizes so a sequence meets different neighbours
+				// and batch sizes at every position.
+				c := min(left, budget, 1+rng.IntN(9))
+				batch = append(batch, &model.Seq{Tokens: s[fed[i] : fed[i]+c], Pos: fed[i], Cache: caches[i], Logits: make([]float32, m.Config.Vocab)})
+				owner = append(owner, i)
+				budget -= c
+			}
+			if len(batch) == 0 {
+				break
+			}
+			if err := r.Forward(batch); err != nil {
+				t.Fatal(err)
+			}
+			for k, b := range batch {
+				i := owner[k]
+				fed[i] += len(b.Tokens)
+				if diff := firstDiff(b.Logits, want[i][fed[i]-1]); diff != "" {
+					t.Fatalf("threads=%d: sequence %d at position %d (chunk of %d in a batch of %d sequences): %s", threads, i, fed[i]-1, len(b.Tokens), len(batch), diff)
+				}
+			}
+		}
+		pool.Close()
+	}
+}
+
+func firstDiff(got, want []float32) string {
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			return fmt.Sprintf("logit %d is %v batched, %v alone", i, got[i], want[i])
+		}
+	}
+	return ""
+}
+
+var defaultOnce = sync.OnceValues(model.Default)
+
+func TestBatchInvarianceStories260K(t *testing.T) {
+	m, err := defaultOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatchInvariance(t, m, 6, 40)
+}
+
+func TestBatchInvarianceRandom110MQ8(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 110M-parameter model")
+	}
+	m := randomModel(t, convert.Shapes["110M"], tensor.Q8_0)
+	checkBatchInvariance(t, m, 3, 12)
+}
+
+func TestBatchInvarianceRandomGQAF16(t *testing.T) {
+	// The 1.1B layout (32 query heads over 4 KV heads) at a small width.
+	s := convert.Shape{Name: "gqa-small", Dim: 256, Hidden: 512, Layers: 2, Heads: 32, KVHeads: 4, Vocab: 600, ContextLen: 64}
+	m := randomModel(t, s, tensor.F16)
+	checkBatchInvariance(t, m, 4, 16)
+}
