@@ -11,6 +11,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/prefix"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
@@ -31,6 +32,12 @@ type Config struct {
 	// applies to tenants not listed; 0 means unlimited.
 	TenantMaxRequests  map[string]int
 	DefaultMaxRequests int
+	// Prefix, when set, caches prompt blocks per namespace; Namespace maps
+	// an authenticated tenant to its namespace (its own, unless the
+	// operator grouped tenants explicitly). Nil Namespace means one
+	// namespace per tenant.
+	Prefix    *prefix.Cache
+	Namespace func(tenant string) string
 }
 
 // Stats is a snapshot of the engine for metrics and tests.
@@ -87,7 +94,10 @@ func New(cfg Config, m *model.Model, threads *kernels.Pool, pool *kv.Pool) (*Eng
 		done:     make(chan struct{}),
 		inflight: make(map[string]int),
 	}
-	e.sched = scheduler{pool: pool, budget: cfg.BatchTokens, maxRunning: cfg.MaxRunning, vocab: m.Config.Vocab}
+	e.sched = scheduler{pool: pool, budget: cfg.BatchTokens, maxRunning: cfg.MaxRunning, vocab: m.Config.Vocab, prefix: cfg.Prefix, namespace: cfg.Namespace}
+	if e.sched.prefix != nil && e.sched.namespace == nil {
+		e.sched.namespace = func(t string) string { return prefix.Namespace(t, nil) }
+	}
 	return e, nil
 }
 
@@ -234,7 +244,7 @@ func (e *Engine) finish(r *request, res Result) {
 	} else {
 		e.stats.queued.Add(-1)
 	}
-	res.Usage = Usage{PromptTokens: r.promptLen, CompletionTokens: r.generated()}
+	res.Usage = Usage{PromptTokens: r.promptLen, CompletionTokens: r.generated(), CachedTokens: r.cached}
 	r.stream.Close(res)
 	e.release(r.tenant)
 }
@@ -271,6 +281,9 @@ func (e *Engine) step() {
 		r.fed += len(s.Tokens)
 		if s.Logits == nil {
 			continue // a prompt chunk that does not end the prompt
+		}
+		if r.generated() == 0 {
+			e.sched.cachePrompt(r)
 		}
 		tok := r.sampler.Next(s.Logits)
 		if e.m.IsEnd(tok) {

@@ -12,6 +12,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/prefix"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
@@ -38,13 +39,16 @@ type harness struct {
 	done   chan error
 }
 
-func startEngine(t testing.TB, m *model.Model, pages, pageSize int, cfg Config) *harness {
+func startEngine(t testing.TB, m *model.Model, pages, pageSize int, cfg Config, setup ...func(*kv.Pool, *Config)) *harness {
 	t.Helper()
 	pc := kv.ConfigFor(&m.Config, pages, pageSize)
 	pc.Scrub = kv.ScrubPoison
 	pool, err := kv.NewPool(pc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(pool, &cfg)
 	}
 	threads := kernels.NewPool(1)
 	if cfg.Limits == (Limits{}) {
@@ -140,9 +144,24 @@ func TestSingleRequestMatchesSolo(t *testing.T) {
 // solo output token for token, no ownership check may trip, and the pool
 // must end entirely free and scrubbed.
 func TestIsolationUnderLoad(t *testing.T) {
+	t.Run("no prefix cache", func(t *testing.T) { isolationUnderLoad(t, false) })
+	t.Run("prefix cache", func(t *testing.T) { isolationUnderLoad(t, true) })
+}
+
+func isolationUnderLoad(t *testing.T, withPrefix bool) {
 	m := stories(t)
 	const pages, pageSize = 40, 16 // 640 tokens for up to 64 requests: preemption is certain
-	h := startEngine(t, m, pages, pageSize, Config{BatchTokens: 96, MaxRunning: 16})
+	cfg := Config{BatchTokens: 96, MaxRunning: 16}
+	var pc *prefix.Cache
+	h := startEngine(t, m, pages, pageSize, cfg, func(pool *kv.Pool, c *Config) {
+		if withPrefix {
+			var err error
+			if pc, err = prefix.New(pool, prefix.Config{MaxBlocks: 16}); err != nil {
+				t.Fatal(err)
+			}
+			c.Prefix = pc
+		}
+	})
 	rng := rand.New(rand.NewPCG(1, 2))
 	words := []string{"Once upon a time", "Lily and Tom went to the park", "The little dog was very sad because",
 		"One day, a big red ball", "Tim wanted to fly like a bird", "The sun was hot and", "Mom said"}
@@ -159,6 +178,11 @@ func TestIsolationUnderLoad(t *testing.T) {
 		text := words[rng.IntN(len(words))]
 		for k := rng.IntN(4); k > 0; k-- {
 			text += " " + words[rng.IntN(len(words))]
+		}
+		if i%2 == 0 {
+			// A shared preamble (like a system prompt) gives the prefix
+			// cache whole blocks to hit.
+			text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " + text
 		}
 		j := job{tenant: fmt.Sprintf("tenant-%d", i%4), prompt: m.Tokenizer.Encode(text, true), max: 20 + rng.IntN(100), cancelAt: -1}
 		if i%3 == 1 {
@@ -234,6 +258,14 @@ func TestIsolationUnderLoad(t *testing.T) {
 	}
 	t.Logf("completed %d of %d, %d preemptions, %d steps, %d tokens batched", completed, len(jobs), st.Preemptions, st.Steps, st.BatchedTokens)
 	waitIdle(t, h)
+	if pc != nil {
+		st := pc.Stats()
+		t.Logf("prefix cache: %d hits, %d misses, %d blocks inserted", st.Hits, st.Misses, st.Inserted)
+		if st.Hits == 0 {
+			t.Errorf("prefix cache never hit, so this run did not exercise it")
+		}
+		pc.Clear()
+	}
 	ps := h.pool.Stats()
 	if ps.Free != pages {
 		t.Fatalf("pool has %d of %d pages free after all requests ended: %+v", ps.Free, pages, ps)
@@ -312,5 +344,57 @@ func TestAdmitLimits(t *testing.T) {
 	var zero Admitted
 	if zero.Valid() {
 		t.Errorf("the zero Admitted claims to be valid")
+	}
+}
+
+// TestPrefixCacheScopedToTenant asserts both halves of prefix-cache
+// isolation: a tenant's repeated prompt hits its own cache, another tenant
+// sending the same prompt misses, and a hit yields exactly the output of a
+// miss.
+func TestPrefixCacheScopedToTenant(t *testing.T) {
+	m := stories(t)
+	var pc *prefix.Cache
+	h := startEngine(t, m, 64, 16, Config{BatchTokens: 64, MaxRunning: 8}, func(pool *kv.Pool, c *Config) {
+		var err error
+		if pc, err = prefix.New(pool, prefix.Config{MaxBlocks: 32}); err != nil {
+			t.Fatal(err)
+		}
+		c.Prefix = pc
+	})
+	prompt := m.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.", true)
+	if len(prompt) < 33 {
+		t.Fatalf("prompt of %d tokens is too short to fill two 16-token blocks", len(prompt))
+	}
+	want := solo(t, m, prompt, 30, sample.Params{})
+	run := func(tenant string) ([]int, Usage) {
+		s, err := h.e.Submit(context.Background(), admit(t, h.e, Request{Tenant: tenant, Prompt: prompt, MaxTokens: 30}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, res, err := collect(context.Background(), s)
+		if err != nil || res.Err != nil {
+			t.Fatalf("tenant %s: %v %v", tenant, err, res.Err)
+		}
+		return got, res.Usage
+	}
+	first, u1 := run("alice")
+	second, u2 := run("alice")
+	other, u3 := run("mallory")
+	if u1.CachedTokens != 0 {
+		t.Errorf("first request reports %d cached tokens on a cold cache", u1.CachedTokens)
+	}
+	if want := (len(prompt) - 1) / 16 * 16; u2.CachedTokens != want {
+		t.Errorf("same tenant's repeat: %d cached tokens, want %d", u2.CachedTokens, want)
+	}
+	if u3.CachedTokens != 0 {
+		t.Errorf("another tenant hit alice's cache: %d cached tokens", u3.CachedTokens)
+	}
+	for name, got := range map[string][]int{"miss": first, "hit": second, "other tenant": other} {
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s output differs from the solo run:\n got %v\nwant %v", name, got, want)
+		}
+	}
+	if u2.PromptTokens != len(prompt) {
+		t.Errorf("usage.prompt_tokens = %d on a hit, want the full prompt %d", u2.PromptTokens, len(prompt))
 	}
 }

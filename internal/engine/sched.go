@@ -6,6 +6,7 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/prefix"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
@@ -20,6 +21,7 @@ type request struct {
 	promptLen int
 	maxTokens int
 	fed       int     // leading tokens whose KV is in seq
+	cached    int     // prompt tokens served from the prefix cache
 	seq       *kv.Seq // nil while queued
 	running   bool
 	finished  bool
@@ -41,6 +43,8 @@ type scheduler struct {
 	budget     int
 	maxRunning int
 	vocab      int
+	prefix     *prefix.Cache // nil: no prefix caching
+	namespace  func(tenant string) string
 
 	queue   []*request // waiting, ordered by id (arrival)
 	running []*request // ordered by id
@@ -119,6 +123,9 @@ func (s *scheduler) plan() stepPlan {
 			if err == nil {
 				break
 			}
+			if errors.Is(err, kv.ErrPoolFull) && s.reclaim(1) {
+				continue // a cached block gave way
+			}
 			victim := s.running[len(s.running)-1]
 			if errors.Is(err, kv.ErrQuota) {
 				victim = r // the tenant is at its own page limit: only it waits
@@ -159,7 +166,7 @@ func (s *scheduler) plan() stepPlan {
 				i++
 				continue
 			}
-			seq, err := s.pool.Alloc(kv.Owner{Tenant: r.tenant, Request: r.id}, len(r.tokens))
+			seq, hit, err := s.alloc(r)
 			if errors.Is(err, kv.ErrQuota) {
 				blockedTenant[r.tenant] = true
 				i++
@@ -169,18 +176,58 @@ func (s *scheduler) plan() stepPlan {
 				break
 			}
 			s.queue = append(s.queue[:i], s.queue[i+1:]...)
-			r.seq, r.running, r.fed = seq, true, 0
+			r.seq, r.running, r.fed = seq, true, hit
+			if r.generated() == 0 {
+				r.cached = hit
+			}
 			if r.logits == nil {
 				r.logits = make([]float32, s.vocab)
 			}
 			s.running = insertByID(s.running, r)
 			p.started = append(p.started, r)
-			c := min(len(r.tokens), left)
+			c := min(len(r.tokens)-r.fed, left)
 			s.add(&p, r, c)
 			left -= c
 		}
 	}
 	return p
+}
+
+// alloc reserves pages for r's tokens, attaching the longest cached prefix
+// of its own namespace. When the pool is short it evicts cached blocks
+// (least recently used first) before giving up. It returns how many
+// leading tokens are already computed.
+func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
+	owner := kv.Owner{Tenant: r.tenant, Request: r.id}
+	if s.prefix == nil {
+		seq, err := s.pool.Alloc(owner, len(r.tokens))
+		return seq, 0, err
+	}
+	for {
+		// Leave the last token uncached: its logits are what the step needs.
+		refs, hit := s.prefix.Lookup(s.namespace(r.tenant), r.tokens[:len(r.tokens)-1])
+		seq, err := s.pool.AllocWithPrefix(owner, refs, len(r.tokens))
+		if err == nil {
+			return seq, hit, nil
+		}
+		if !errors.Is(err, kv.ErrPoolFull) || !s.reclaim(len(r.tokens)/s.prefix.BlockSize()+1) {
+			return nil, 0, err
+		}
+	}
+}
+
+// reclaim evicts up to n cached blocks to make room; false when the cache
+// had nothing to give.
+func (s *scheduler) reclaim(n int) bool {
+	return s.prefix != nil && s.prefix.Reclaim(n) > 0
+}
+
+// cachePrompt offers r's freshly computed prompt blocks to its namespace's
+// prefix cache. A full cache is not an error: the request goes on.
+func (s *scheduler) cachePrompt(r *request) {
+	if s.prefix != nil {
+		s.prefix.Insert(s.namespace(r.tenant), r.tokens[:r.promptLen], r.seq)
+	}
 }
 
 // add puts n of r's unfed tokens into the plan.

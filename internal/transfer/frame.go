@@ -1,0 +1,450 @@
+package transfer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+)
+
+// Wire layout of every frame (all integers little-endian):
+//
+//	offset size field
+//	0      2    magic "BK" (0x42 0x4B)
+//	2      1    version (1)
+//	3      1    type
+//	4      16   transfer id
+//	20     4    body length B
+//	24     B    body (layout per type, see docs/transfer-protocol.md)
+//	24+B   4    CRC32C (Castagnoli) of bytes [0, 24+B)
+const (
+	Magic0, Magic1 = 'B', 'K'
+	// Version is the wire version this package speaks.
+	Version = 1
+	// HeaderSize is the fixed header before the body.
+	HeaderSize = 24
+	// TrailerSize is the CRC32C after the body.
+	TrailerSize = 4
+	// Overhead is the bytes of a frame that are not body.
+	Overhead = HeaderSize + TrailerSize
+	// DefaultMaxFrameBytes bounds a whole frame, header and CRC included.
+	DefaultMaxFrameBytes = 1 << 20
+	// MinMaxFrameBytes is the smallest frame limit that still fits every
+	// control frame with full-length strings.
+	MinMaxFrameBytes = 1024
+	// MaxString bounds tenant names, error codes and reasons on the wire.
+	MaxString = 512
+	// DataHeaderSize is the fixed part of a DATA body before the payload.
+	DataHeaderSize = 16
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Type is a frame's message type.
+type Type uint8
+
+// Message types. The P<->D stream uses OPEN..CANCELLED; RESERVE, RESERVED
+// and REFUSED are the router<->decode reservation messages, for edges that
+// carry them over this framing.
+const (
+	TypeOpen      Type = 1  // P->D: bind the stream to a reservation
+	TypeHello     Type = 2  // D->P: reservation matched; window and frame limit
+	TypeData      Type = 3  // P->D: KV for a token range x layer range
+	TypeCredit    Type = 4  // D->P: cumulative count of DATA seqs received
+	TypeCommit    Type = 5  // P->D: count, first token, digest
+	TypeAck       Type = 6  // D->P: verified and Ready; P may release
+	TypeAbort     Type = 7  // either way: the transfer failed
+	TypeCancel    Type = 8  // R->P or R->D: client went away
+	TypeCancelled Type = 9  // reply to CANCEL
+	TypeReserve   Type = 10 // R->D: reserve pages for n + max_new tokens
+	TypeReserved  Type = 11 // D->R: reservation made
+	TypeRefused   Type = 12 // D->R: reservation refused
+	typeMax            = TypeRefused
+)
+
+var typeNames = [...]string{"", "OPEN", "HELLO", "DATA", "CREDIT", "COMMIT", "ACK", "ABORT", "CANCEL", "CANCELLED", "RESERVE", "RESERVED", "REFUSED"}
+
+func (t Type) String() string {
+	if t >= 1 && t <= typeMax {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Frame is one decoded message. Which fields are meaningful depends on
+// Type; the others are zero (Encode ignores them, Decode leaves them zero).
+type Frame struct {
+	Type Type
+	ID   ID
+
+	// OPEN: Tenant, Tokens, Layers, KVDim. RESERVE: Tenant, Tokens, MaxNew.
+	// COMMIT: Tokens.
+	Tenant string
+	Tokens uint32
+	MaxNew uint32
+	Layers uint16
+	KVDim  uint32
+
+	// HELLO: the receiver's window and frame limit.
+	Window        uint32
+	MaxFrameBytes uint32
+
+	// DATA: sequence number, ranges [TokFrom, TokTo) x [LayerFrom,
+	// LayerTo), and the payload as raw little-endian float32 bytes: for
+	// each layer in range, K of every token in range ([token][kvdim]),
+	// then V likewise. After Decode, Payload aliases the decoded buffer.
+	Seq                uint32
+	TokFrom, TokTo     uint32
+	LayerFrom, LayerTo uint16
+	Payload            []byte
+
+	// CREDIT: every DATA seq below Credit has been received.
+	Credit uint32
+
+	// COMMIT: number of DATA frames, first sampled token, SHA-256 digest of
+	// the KV in token order (see Digest).
+	Frames     uint32
+	FirstToken int32
+	Digest     [32]byte
+
+	// ABORT, CANCEL, REFUSED: why, as an errkind kind, code and message.
+	Kind   uint8
+	Code   string
+	Reason string
+}
+
+// Frame decoding errors. Every error Decode and ReadFrame return wraps one
+// of them inside a *FrameError.
+var (
+	ErrMagic     = errors.New("not a transfer frame (bad magic)")
+	ErrVersion   = errors.New("unsupported transfer frame version")
+	ErrType      = errors.New("unknown transfer frame type")
+	ErrTooLarge  = errors.New("transfer frame exceeds the frame size limit")
+	ErrTruncated = errors.New("transfer frame truncated")
+	ErrChecksum  = errors.New("transfer frame checksum mismatch")
+	ErrBody      = errors.New("malformed transfer frame body")
+)
+
+// FrameError is a frame that failed to decode. When HasID is true the
+// header was intact enough to read a transfer id from, but the id is only
+// claimed: it is not covered by a verified checksum.
+type FrameError struct {
+	Type  Type
+	ID    ID
+	HasID bool
+	Err   error
+}
+
+func (e *FrameError) Error() string {
+	if e.HasID {
+		return fmt.Sprintf("transfer frame %v for %v: %v", e.Type, e.ID, e.Err)
+	}
+	return "transfer frame: " + e.Err.Error()
+}
+
+func (e *FrameError) Unwrap() error { return e.Err }
+
+func frameErr(h *header, err error, format string, args ...any) *FrameError {
+	fe := &FrameError{Err: err}
+	if format != "" {
+		fe.Err = fmt.Errorf("%w: "+format, append([]any{err}, args...)...)
+	}
+	if h != nil {
+		fe.Type, fe.ID, fe.HasID = h.typ, h.id, true
+	}
+	return fe
+}
+
+type header struct {
+	typ  Type
+	id   ID
+	blen uint32
+}
+
+// parseHeader checks magic, version, type and the size limit.
+func parseHeader(b []byte, maxBytes int) (*header, error) {
+	if b[0] != Magic0 || b[1] != Magic1 {
+		return nil, frameErr(nil, ErrMagic, "first bytes %#x %#x", b[0], b[1])
+	}
+	if b[2] != Version {
+		return nil, frameErr(nil, ErrVersion, "version %d, this build speaks %d", b[2], Version)
+	}
+	h := &header{typ: Type(b[3]), blen: binary.LittleEndian.Uint32(b[20:24])}
+	copy(h.id[:], b[4:20])
+	if h.typ < 1 || h.typ > typeMax {
+		return nil, frameErr(nil, ErrType, "type %d", b[3])
+	}
+	if total := uint64(h.blen) + Overhead; total > uint64(maxBytes) {
+		return nil, frameErr(h, ErrTooLarge, "%d bytes, limit %d", total, maxBytes)
+	}
+	return h, nil
+}
+
+// Size returns the encoded size of f in bytes.
+func (f *Frame) Size() int { return Overhead + f.bodyLen() }
+
+func (f *Frame) bodyLen() int {
+	switch f.Type {
+	case TypeOpen:
+		return 10 + 2 + len(f.Tenant)
+	case TypeHello:
+		return 8
+	case TypeData:
+		return DataHeaderSize + len(f.Payload)
+	case TypeCredit:
+		return 4
+	case TypeCommit:
+		return 12 + 32
+	case TypeAbort, TypeCancel, TypeRefused:
+		return 1 + 2 + len(f.Code) + 2 + len(f.Reason)
+	case TypeReserve:
+		return 8 + 2 + len(f.Tenant)
+	}
+	return 0 // ACK, CANCELLED, RESERVED
+}
+
+// Encode appends the encoding of f to dst. It fails when f cannot be
+// encoded within maxBytes or a field is out of its wire range, so a frame
+// that Encode produced always decodes with the same limit.
+func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
+	if f.Type < 1 || f.Type > typeMax {
+		return dst, fmt.Errorf("encode: %w: %d", ErrType, f.Type)
+	}
+	for _, s := range []string{f.Tenant, f.Code, f.Reason} {
+		if len(s) > MaxString {
+			return dst, fmt.Errorf("encode %v: string of %d bytes, limit %d", f.Type, len(s), MaxString)
+		}
+	}
+	if f.Type == TypeData {
+		if err := checkDataShape(f); err != nil {
+			return dst, fmt.Errorf("encode: %w", err)
+		}
+	}
+	n := f.Size()
+	if n > maxBytes {
+		return dst, fmt.Errorf("encode %v: %w: %d bytes, limit %d", f.Type, ErrTooLarge, n, maxBytes)
+	}
+	start := len(dst)
+	le := binary.LittleEndian
+	dst = append(dst, Magic0, Magic1, Version, byte(f.Type))
+	dst = append(dst, f.ID[:]...)
+	dst = le.AppendUint32(dst, uint32(f.bodyLen()))
+	switch f.Type {
+	case TypeOpen:
+		dst = le.AppendUint32(dst, f.Tokens)
+		dst = le.AppendUint16(dst, f.Layers)
+		dst = le.AppendUint32(dst, f.KVDim)
+		dst = appendString(dst, f.Tenant)
+	case TypeHello:
+		dst = le.AppendUint32(dst, f.Window)
+		dst = le.AppendUint32(dst, f.MaxFrameBytes)
+	case TypeData:
+		dst = le.AppendUint32(dst, f.Seq)
+		dst = le.AppendUint32(dst, f.TokFrom)
+		dst = le.AppendUint32(dst, f.TokTo)
+		dst = le.AppendUint16(dst, f.LayerFrom)
+		dst = le.AppendUint16(dst, f.LayerTo)
+		dst = append(dst, f.Payload...)
+	case TypeCredit:
+		dst = le.AppendUint32(dst, f.Credit)
+	case TypeCommit:
+		dst = le.AppendUint32(dst, f.Tokens)
+		dst = le.AppendUint32(dst, f.Frames)
+		dst = le.AppendUint32(dst, uint32(f.FirstToken))
+		dst = append(dst, f.Digest[:]...)
+	case TypeAbort, TypeCancel, TypeRefused:
+		dst = append(dst, f.Kind)
+		dst = appendString(dst, f.Code)
+		dst = appendString(dst, f.Reason)
+	case TypeReserve:
+		dst = le.AppendUint32(dst, f.Tokens)
+		dst = le.AppendUint32(dst, f.MaxNew)
+		dst = appendString(dst, f.Tenant)
+	}
+	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(len(s)))
+	return append(dst, s...)
+}
+
+// checkDataShape checks a DATA frame's ranges against its payload length,
+// without knowing the receiver's kvdim: the payload must be a whole,
+// non-zero number of floats per (token, layer) cell, K and V.
+func checkDataShape(f *Frame) error {
+	if f.TokTo <= f.TokFrom || f.LayerTo <= f.LayerFrom {
+		return fmt.Errorf("%w: empty range tokens [%d, %d) layers [%d, %d)", ErrBody, f.TokFrom, f.TokTo, f.LayerFrom, f.LayerTo)
+	}
+	cells := uint64(f.TokTo-f.TokFrom) * uint64(f.LayerTo-f.LayerFrom)
+	if n := uint64(len(f.Payload)); n == 0 || n%(cells*8) != 0 {
+		return fmt.Errorf("%w: payload of %d bytes is not a whole K+V float32 vector for each of %d cells", ErrBody, n, cells)
+	}
+	return nil
+}
+
+// Decode decodes exactly one frame from b, which must hold the whole frame
+// and nothing after it. Payload aliases b.
+func Decode(b []byte, maxBytes int) (*Frame, error) {
+	if len(b) < HeaderSize {
+		return nil, frameErr(nil, ErrTruncated, "%d bytes, header needs %d", len(b), HeaderSize)
+	}
+	h, err := parseHeader(b[:HeaderSize], maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	if want := uint64(h.blen) + Overhead; uint64(len(b)) != want {
+		if uint64(len(b)) < want {
+			return nil, frameErr(h, ErrTruncated, "%d bytes, frame needs %d", len(b), want)
+		}
+		return nil, frameErr(h, ErrBody, "%d trailing bytes after the frame", uint64(len(b))-want)
+	}
+	return decodeChecked(h, b)
+}
+
+// ReadFrame reads one frame from r. It reads the header first and rejects
+// a frame over maxBytes before allocating its body. A clean end of stream
+// before the first byte is io.EOF; a stream that ends inside a frame is a
+// *FrameError wrapping ErrTruncated.
+func ReadFrame(r io.Reader, maxBytes int) (*Frame, error) {
+	var hb [HeaderSize]byte
+	if n, err := io.ReadFull(r, hb[:]); err != nil {
+		if err == io.EOF {
+			return nil, io.EOF
+		}
+		if err == io.ErrUnexpectedEOF {
+			return nil, frameErr(nil, ErrTruncated, "stream ended after %d header bytes", n)
+		}
+		return nil, err
+	}
+	h, err := parseHeader(hb[:], maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, HeaderSize+int(h.blen)+TrailerSize)
+	copy(b, hb[:])
+	if n, err := io.ReadFull(r, b[HeaderSize:]); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil, frameErr(h, ErrTruncated, "stream ended %d bytes into a %d-byte body", n, h.blen)
+		}
+		return nil, err
+	}
+	return decodeChecked(h, b)
+}
+
+// decodeChecked verifies the CRC of the complete frame b and decodes the
+// body.
+func decodeChecked(h *header, b []byte) (*Frame, error) {
+	end := len(b) - TrailerSize
+	if got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); got != want {
+		return nil, frameErr(h, ErrChecksum, "computed %08x, frame says %08x", got, want)
+	}
+	f := &Frame{Type: h.typ, ID: h.id}
+	d := decoder{b: b[HeaderSize:end]}
+	switch f.Type {
+	case TypeOpen:
+		f.Tokens, f.Layers, f.KVDim = d.u32(), d.u16(), d.u32()
+		f.Tenant = d.str()
+	case TypeHello:
+		f.Window, f.MaxFrameBytes = d.u32(), d.u32()
+	case TypeData:
+		f.Seq, f.TokFrom, f.TokTo = d.u32(), d.u32(), d.u32()
+		f.LayerFrom, f.LayerTo = d.u16(), d.u16()
+		f.Payload = d.rest()
+		if d.err == nil {
+			if err := checkDataShape(f); err != nil {
+				return nil, frameErr(h, err, "")
+			}
+		}
+	case TypeCredit:
+		f.Credit = d.u32()
+	case TypeCommit:
+		f.Tokens, f.Frames, f.FirstToken = d.u32(), d.u32(), int32(d.u32())
+		copy(f.Digest[:], d.bytes(32))
+	case TypeAbort, TypeCancel, TypeRefused:
+		f.Kind = d.u8()
+		f.Code, f.Reason = d.str(), d.str()
+	case TypeReserve:
+		f.Tokens, f.MaxNew = d.u32(), d.u32()
+		f.Tenant = d.str()
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%d unexpected bytes after the fields", len(d.b))
+	}
+	if d.err != nil {
+		return nil, frameErr(h, ErrBody, "%v body: %v", f.Type, d.err)
+	}
+	return f, nil
+}
+
+// decoder reads fields off a body, remembering the first error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) bytes(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if len(d.b) < n {
+		d.err = fmt.Errorf("needs %d more bytes, has %d", n, len(d.b))
+		return nil
+	}
+	out := d.b[:n]
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) u8() uint8 {
+	if b := d.bytes(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if b := d.bytes(2); b != nil {
+		return binary.LittleEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.bytes(4); b != nil {
+		return binary.LittleEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *decoder) str() string {
+	n := int(d.u16())
+	if d.err == nil && n > MaxString {
+		d.err = fmt.Errorf("string of %d bytes, limit %d", n, MaxString)
+		return ""
+	}
+	return string(d.bytes(n))
+}
+
+func (d *decoder) rest() []byte {
+	out := d.b
+	d.b = nil
+	return out
+}
+
+// PutFloats writes src as little-endian float32 bytes into dst, which must
+// hold 4*len(src) bytes.
+func PutFloats(dst []byte, src []float32) {
+	for i, x := range src {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(x))
+	}
+}
+
+// Floats decodes little-endian float32 bytes b into dst (len(b)/4 floats).
+func Floats(dst []float32, b []byte) {
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+}
