@@ -38,6 +38,19 @@ type Config struct {
 	// namespace per tenant.
 	Prefix    *prefix.Cache
 	Namespace func(tenant string) string
+	// Observer, when set, hears about every step from the step loop. It
+	// must be cheap and must not block: metrics, not I/O.
+	Observer Observer
+}
+
+// Observer receives the engine's events for metrics.
+type Observer interface {
+	ObserveStep(batchTokens, running, queued int)
+	Preempted(tenant string)
+	OwnershipViolation()
+	// PrefixLookup reports a request's prefix-cache lookup when it starts:
+	// how many of its prompt's full blocks were cached.
+	PrefixLookup(tenant string, hitBlocks, missBlocks int)
 }
 
 // Stats is a snapshot of the engine for metrics and tests.
@@ -95,6 +108,9 @@ func New(cfg Config, m *model.Model, threads *kernels.Pool, pool *kv.Pool) (*Eng
 		inflight: make(map[string]int),
 	}
 	e.sched = scheduler{pool: pool, budget: cfg.BatchTokens, maxRunning: cfg.MaxRunning, vocab: m.Config.Vocab, prefix: cfg.Prefix, namespace: cfg.Namespace}
+	if cfg.Observer != nil {
+		e.sched.onLookup = cfg.Observer.PrefixLookup
+	}
 	if e.sched.prefix != nil && e.sched.namespace == nil {
 		e.sched.namespace = func(t string) string { return prefix.Namespace(t, nil) }
 	}
@@ -255,6 +271,12 @@ func (e *Engine) step() {
 	e.stats.queued.Add(int64(len(plan.preempted) - len(plan.started)))
 	e.stats.running.Add(int64(len(plan.started) - len(plan.preempted)))
 	e.stats.preemptions.Add(uint64(len(plan.preempted)))
+	if o := e.cfg.Observer; o != nil {
+		for _, r := range plan.preempted {
+			o.Preempted(r.tenant)
+		}
+		o.ObserveStep(plan.tokens, int(e.stats.running.Load()), int(e.stats.queued.Load()))
+	}
 	if len(plan.batch) == 0 {
 		return
 	}
@@ -272,6 +294,9 @@ func (e *Engine) step() {
 		if s.Err != nil {
 			if errors.Is(s.Err, kv.ErrOwnership) {
 				e.stats.violations.Add(1)
+				if o := e.cfg.Observer; o != nil {
+					o.OwnershipViolation()
+				}
 				e.finish(r, Result{Err: errkind.Wrap(errkind.Integrity, "kv_integrity_error", s.Err, "KV cache integrity check failed; the request was stopped")})
 			} else {
 				e.finish(r, Result{Err: errkind.Wrap(errkind.Internal, "internal_error", s.Err, "KV cache error")})

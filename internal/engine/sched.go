@@ -45,6 +45,7 @@ type scheduler struct {
 	vocab      int
 	prefix     *prefix.Cache // nil: no prefix caching
 	namespace  func(tenant string) string
+	onLookup   func(tenant string, hitBlocks, missBlocks int)
 
 	queue   []*request // waiting, ordered by id (arrival)
 	running []*request // ordered by id
@@ -208,6 +209,10 @@ func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
 		refs, hit := s.prefix.Lookup(s.namespace(r.tenant), r.tokens[:len(r.tokens)-1])
 		seq, err := s.pool.AllocWithPrefix(owner, refs, len(r.tokens))
 		if err == nil {
+			if s.onLookup != nil && r.generated() == 0 {
+				bs := s.prefix.BlockSize()
+				s.onLookup(r.tenant, hit/bs, (len(r.tokens)-1)/bs-hit/bs)
+			}
 			return seq, hit, nil
 		}
 		if !errors.Is(err, kv.ErrPoolFull) || !s.reclaim(len(r.tokens)/s.prefix.BlockSize()+1) {

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/server"
+)
+
+func init() {
+	register("serve", "serve the OpenAI-compatible API in one process (the default command)", runServe)
+	register("preflight", "check a configuration against its model and exit non-zero if it cannot serve", runPreflight)
+}
+
+// loadConfig reads --config, or the built-in defaults without one, and
+// applies the flags that override it.
+func loadConfig(path, modelPath string) (*config.Config, error) {
+	cfg := config.Default()
+	if path != "" {
+		var err error
+		if cfg, err = config.Load(path); err != nil {
+			return nil, err
+		}
+	}
+	if modelPath != "" {
+		cfg.Model = modelPath
+	}
+	return cfg, nil
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func runServe(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	cfgPath := fs.String("config", "", "YAML configuration file (default: the embedded model, no auth, localhost)")
+	listen := fs.String("listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
+	modelPath := fs.String("model", "", "model file, overriding the config")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath, *modelPath)
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
+	srv, err := server.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "bulkhead: serving %s on http://%s/v1 (auth: %s)\n", srv.Model.Name, ln.Addr(), authMode(cfg))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx, ln, *drain)
+}
+
+func authMode(cfg *config.Config) string {
+	if cfg.Auth == config.AuthNone || (cfg.Auth == "" && len(cfg.Tenants) == 0) {
+		return "none, single local tenant"
+	}
+	return fmt.Sprintf("API keys, %d tenants", len(cfg.Tenants))
+}
+
+func runPreflight(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("preflight", stderr)
+	cfgPath := fs.String("config", "", "YAML configuration file to check (default: the built-in defaults)")
+	modelPath := fs.String("model", "", "model file, overriding the config")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath, *modelPath)
+	if err != nil {
+		return err
+	}
+	m, err := server.LoadModel(cfg)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	plan, err := server.Preflight(cfg, m)
+	if err != nil {
+		return err
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stdout, "warning:", w)
+	}
+	fmt.Fprintln(stdout, "ok:", plan)
+	return nil
+}

@@ -1,0 +1,285 @@
+// Package server assembles a single-process Bulkhead server from a
+// configuration: model, KV pool, prefix cache, engine, HTTP API and
+// metrics, and runs it until its context ends.
+//
+// It owns wiring and lifecycle (start, readiness, graceful shutdown), not
+// behaviour: every decision about requests lives in engine and api. It must
+// never start serving a configuration that failed preflight.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/api"
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/embedded"
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/metrics"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/prefix"
+)
+
+// Server is an assembled single-process server.
+type Server struct {
+	Config  *config.Config
+	Model   *model.Model
+	Pool    *kv.Pool
+	Prefix  *prefix.Cache // nil when the prefix cache is off
+	Engine  *engine.Engine
+	API     *api.Server
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+
+	threads *kernels.Pool
+	ready   atomic.Bool
+}
+
+// Plan is what preflight worked out: the effective limits and the memory
+// they cost.
+type Plan struct {
+	Model          string
+	ModelContext   int
+	Limits         engine.Limits
+	Pages          int
+	PageSize       int
+	KVBytes        int64
+	WeightBytes    int64
+	FullContextFit int // full-context requests the pool holds at once
+}
+
+func (p Plan) String() string {
+	return fmt.Sprintf("model %s (context %d); context_len %d, max_input_tokens %d; KV pool %d pages × %d tokens = %d tokens (%.1f MiB), %d full-context request(s) at once; weights %.1f MiB",
+		p.Model, p.ModelContext, p.Limits.ContextLen, p.Limits.MaxInputTokens, p.Pages, p.PageSize, p.Limits.PoolTokens,
+		float64(p.KVBytes)/(1<<20), p.FullContextFit, float64(p.WeightBytes)/(1<<20))
+}
+
+// LoadModel opens the configured model (the embedded one when none is
+// set) and names it.
+func LoadModel(cfg *config.Config) (*model.Model, error) {
+	m, err := model.Open(cfg.Model, "")
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ModelName != "" {
+		m.Name = cfg.ModelName
+	} else if cfg.Model == "" {
+		m.Name = embedded.Name
+	}
+	return m, nil
+}
+
+// Preflight resolves cfg against model m and checks that the deployment
+// can keep its promises: one full-context request must fit in the KV pool,
+// and the limits must be consistent. It changes cfg (defaults resolved).
+func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
+	if err := cfg.Resolve(m.Config.ContextLen); err != nil {
+		return Plan{}, fmt.Errorf("preflight: %w", err)
+	}
+	lim := Limits(cfg)
+	p := Plan{
+		Model: m.Name, ModelContext: m.Config.ContextLen, Limits: lim,
+		Pages: cfg.KV.Pages, PageSize: cfg.KV.PageSize,
+		KVBytes:     int64(cfg.KV.Pages) * int64(cfg.KV.PageSize) * int64(m.Config.KVBytesPerToken()),
+		WeightBytes: m.WeightBytesPerToken(),
+	}
+	p.FullContextFit = lim.PoolTokens / (((lim.ContextLen + cfg.KV.PageSize - 1) / cfg.KV.PageSize) * cfg.KV.PageSize)
+	if p.FullContextFit < 1 {
+		return p, fmt.Errorf("preflight: the KV pool holds %d tokens, less than one full-context request of %d", lim.PoolTokens, lim.ContextLen)
+	}
+	if cfg.BatchTokens < 1 {
+		return p, fmt.Errorf("preflight: batch_tokens %d must be positive", cfg.BatchTokens)
+	}
+	for _, t := range cfg.Tenants {
+		if need := (lim.ContextLen + cfg.KV.PageSize - 1) / cfg.KV.PageSize; t.MaxKVPages > 0 && t.MaxKVPages < need {
+			// Not fatal: the tenant is simply limited to shorter requests,
+			// which admission enforces. Say so loudly.
+			p.Model += fmt.Sprintf("; note: tenant %s's max_kv_pages %d holds fewer than one full-context request (%d pages)", t.Name, t.MaxKVPages, need)
+		}
+	}
+	return p, nil
+}
+
+// Limits are the admission limits a resolved config implies.
+func Limits(cfg *config.Config) engine.Limits {
+	return engine.Limits{ContextLen: cfg.ContextLen, MaxInputTokens: cfg.MaxInputTokens, PoolTokens: cfg.PoolTokens()}
+}
+
+// New builds a server from cfg: loads the model, runs preflight, and
+// allocates the pool. Nothing listens until Run.
+func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := LoadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := Preflight(cfg, m)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	log.Info("preflight passed", "plan", plan.String(), "kernels", kernels.Features())
+	s := &Server{Config: cfg, Model: m, Metrics: metrics.New(), Log: log}
+	if err := s.build(plan); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) build(plan Plan) error {
+	cfg := s.Config
+	pc := kv.ConfigFor(&s.Model.Config, cfg.KV.Pages, cfg.KV.PageSize)
+	switch cfg.KV.Scrub {
+	case config.ScrubPoison:
+		pc.Scrub = kv.ScrubPoison
+	case config.ScrubOff:
+		pc.Scrub = kv.ScrubOff
+	default:
+		pc.Scrub = kv.ScrubZero
+	}
+	tenantMax := map[string]int{}
+	for _, t := range cfg.Tenants {
+		if t.MaxKVPages > 0 {
+			if pc.TenantPages == nil {
+				pc.TenantPages = map[string]int{}
+			}
+			pc.TenantPages[t.Name] = t.MaxKVPages
+		}
+		if t.MaxConcurrentRequests > 0 {
+			tenantMax[t.Name] = t.MaxConcurrentRequests
+		}
+	}
+	var err error
+	if s.Pool, err = kv.NewPool(pc); err != nil {
+		return err
+	}
+	ecfg := engine.Config{
+		Limits: plan.Limits, BatchTokens: cfg.BatchTokens, MaxRunning: cfg.MaxSequences,
+		MaxQueued: cfg.MaxQueue, TenantMaxRequests: tenantMax, Observer: observer{s.Metrics},
+	}
+	if cfg.PrefixCache.Enabled {
+		quotas := map[string]int{}
+		for _, t := range cfg.Tenants {
+			if t.MaxCachedBlocks > 0 {
+				quotas[cfg.PrefixNamespace(t.Name)] = t.MaxCachedBlocks
+			}
+		}
+		if s.Prefix, err = prefix.New(s.Pool, prefix.Config{MaxBlocks: cfg.PrefixCache.MaxBlocks, NamespaceBlocks: quotas}); err != nil {
+			return err
+		}
+		ecfg.Prefix = s.Prefix
+		ecfg.Namespace = cfg.PrefixNamespace
+	}
+	s.threads = kernels.NewPool(cfg.Threads)
+	if s.Engine, err = engine.New(ecfg, s.Model, s.threads, s.Pool); err != nil {
+		s.threads.Close()
+		return err
+	}
+	s.API, err = api.New(api.Options{
+		Backend: s.Engine, Tokenizer: s.Model.Tokenizer, ModelName: s.Model.Name,
+		ChatTemplate: s.Model.ChatTemplate, Auth: cfg.Auth, Tenants: cfg.Tenants,
+		Metrics: s.Metrics, Logger: s.Log, MaxBodyBytes: cfg.MaxBodyBytes, Ready: s.ready.Load,
+	})
+	if err != nil {
+		s.threads.Close()
+		return err
+	}
+	return nil
+}
+
+// Run serves HTTP on ln until ctx ends, then shuts down gracefully: it
+// stops accepting, marks itself not ready, lets in-flight requests finish
+// for up to drain, fails whatever is left, and returns.
+func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- s.Engine.Run(engineCtx) }()
+	defer func() {
+		stopEngine()
+		<-engineDone
+		s.threads.Close()
+		s.Model.Close()
+	}()
+
+	gaugesDone := make(chan struct{})
+	gaugesCtx, stopGauges := context.WithCancel(ctx)
+	go func() {
+		defer close(gaugesDone)
+		s.updateGauges(gaugesCtx)
+	}()
+	defer func() { stopGauges(); <-gaugesDone }()
+
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	s.ready.Store(true)
+	s.Log.Info("serving", "addr", ln.Addr().String(), "model", s.Model.Name)
+
+	select {
+	case err := <-served:
+		s.ready.Store(false)
+		return err
+	case <-ctx.Done():
+	}
+	s.ready.Store(false)
+	s.Log.Info("shutting down", "drain", drain.String())
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Requests still running past the drain time are failed by the
+		// engine's shutdown (a clean error, never a truncated success).
+		stopEngine()
+		srv.Close()
+		err = nil
+	}
+	<-served
+	return err
+}
+
+// updateGauges refreshes pool-level gauges once a second.
+func (s *Server) updateGauges(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	seen := map[string]bool{}
+	for {
+		st := s.Pool.Stats()
+		s.Metrics.SetKVPagesFree(st.Free)
+		for tenant := range seen {
+			if _, ok := st.TenantPages[tenant]; !ok {
+				s.Metrics.SetKVPagesUsed(tenant, 0)
+			}
+		}
+		for tenant, n := range st.TenantPages {
+			s.Metrics.SetKVPagesUsed(tenant, n)
+			seen[tenant] = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// observer adapts metrics to engine.Observer.
+type observer struct{ m *metrics.Metrics }
+
+func (o observer) ObserveStep(tokens, running, queued int) { o.m.ObserveStep(tokens, running, queued) }
+func (o observer) Preempted(tenant string)                 { o.m.Preempted(tenant) }
+func (o observer) OwnershipViolation()                     { o.m.OwnershipViolation() }
+func (o observer) PrefixLookup(tenant string, hit, miss int) {
+	o.m.PrefixCacheHit(tenant, hit)
+	o.m.PrefixCacheMiss(tenant, miss)
+}

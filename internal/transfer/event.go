@@ -1,0 +1,148 @@
+package transfer
+
+import (
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// Event is an input to a state machine's Step. Time only ever enters as
+// the Now of Start and Tick: a monotonic reading the edge chooses (for
+// example time.Since(processStart)); the machines never read a clock.
+type Event interface{ isEvent() }
+
+// Start begins a Sender: it sends OPEN (or fails at once, sending nothing,
+// if the transfer is over the sender's limit) and starts the lease.
+type Start struct{ Now time.Duration }
+
+// Tick advances time: leases expire and retransmissions are due.
+type Tick struct{ Now time.Duration }
+
+// FrameIn is a frame that decoded cleanly, received from connection Peer
+// (an edge-assigned number; a Sender ignores it).
+type FrameIn struct {
+	Peer  uint64
+	Frame *Frame
+}
+
+// BadFrame is bytes from Peer that failed to decode (Err is usually a
+// *FrameError). A Receiver fails the transfer whose id the header claims;
+// a Sender fails its transfer. The edge should also drop the connection,
+// since a stream that carried one bad frame cannot be trusted to be in
+// sync.
+type BadFrame struct {
+	Peer uint64
+	Err  error
+}
+
+// PeerLost is a connection that closed or failed. Every unfinished
+// transfer bound to it fails as Unavailable.
+type PeerLost struct {
+	Peer uint64
+	Err  error
+}
+
+// Cancel is a local, explicit cancel (the router's CANCEL, or the client
+// going away). It is acknowledged with CancelDone.
+type Cancel struct {
+	ID     ID
+	Reason *errkind.Error // nil: a plain "transfer cancelled"
+}
+
+// WriteDone confirms a WriteKV action: the edge copied (or failed to copy)
+// the frame's KV into the sequence. Until every WriteKV is confirmed, the
+// Receiver will neither verify nor release its pages.
+type WriteDone struct {
+	ID  ID
+	Seq uint32
+	Err error
+}
+
+// DigestDone answers ComputeDigest with the digest of the KV as written
+// into the reserved sequence (see Digest).
+type DigestDone struct {
+	ID  ID
+	Sum [32]byte
+	Err error
+}
+
+func (Start) isEvent()      {}
+func (Tick) isEvent()       {}
+func (FrameIn) isEvent()    {}
+func (BadFrame) isEvent()   {}
+func (PeerLost) isEvent()   {}
+func (Cancel) isEvent()     {}
+func (WriteDone) isEvent()  {}
+func (DigestDone) isEvent() {}
+
+// Action is an output of Step for the edge to carry out, in order.
+type Action interface{ isAction() }
+
+// SendFrame asks the edge to send Frame to connection Peer (a Sender's
+// actions always say 0: it has one peer).
+type SendFrame struct {
+	Peer  uint64
+	Frame *Frame
+}
+
+// WriteKV asks the edge to copy KV into the reserved sequence and answer
+// with WriteDone{ID, Seq}. Data is laid out as a DATA payload: for each
+// layer in [LayerFrom, LayerTo), K of tokens [TokFrom, TokTo) ([token]
+// [kvdim]) then V likewise. Apply does exactly that against a kv.Seq.
+type WriteKV struct {
+	ID                 ID
+	Seq                uint32
+	TokFrom, TokTo     int
+	LayerFrom, LayerTo int
+	Data               []float32
+}
+
+// ComputeDigest asks the edge to compute Digest over tokens [0, Tokens) of
+// the reserved sequence and answer with DigestDone. All writes have been
+// confirmed when it is asked for.
+type ComputeDigest struct {
+	ID     ID
+	Tokens int
+}
+
+// MarkReady says the transfer verified: the sequence holds exactly the
+// sender's KV for Tokens tokens, and may be scheduled to decode starting
+// from FirstToken. From here the engine owns the pages.
+type MarkReady struct {
+	ID         ID
+	Tokens     int
+	FirstToken int32
+}
+
+// Done says a Sender's transfer was acknowledged by decode.
+type Done struct{ ID ID }
+
+// Release says the transfer's pages may now be freed (scrubbed and
+// returned): on the sender, the lease on the prefill KV; on the receiver,
+// the reserved sequence. It is emitted at most once per transfer, and
+// never while a write or digest the machine asked for is outstanding.
+type Release struct{ ID ID }
+
+// Fail says the transfer ended in error. It is emitted at most once per
+// transfer, and never after MarkReady or Done.
+type Fail struct {
+	ID  ID
+	Err *errkind.Error
+}
+
+// CancelDone acknowledges a Cancel event. WasReady is true when the
+// transfer had already verified: the cancel is then the engine's to carry
+// out, since it owns the sequence.
+type CancelDone struct {
+	ID       ID
+	WasReady bool
+}
+
+func (SendFrame) isAction()     {}
+func (WriteKV) isAction()       {}
+func (ComputeDigest) isAction() {}
+func (MarkReady) isAction()     {}
+func (Done) isAction()          {}
+func (Release) isAction()       {}
+func (Fail) isAction()          {}
+func (CancelDone) isAction()    {}

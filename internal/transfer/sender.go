@@ -1,0 +1,364 @@
+package transfer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// Defaults for SenderConfig and Reservation fields left zero.
+const (
+	DefaultWindow = 16
+	DefaultLease  = 30 * time.Second
+	DefaultRetry  = 500 * time.Millisecond
+)
+
+// SenderConfig describes one outgoing transfer. Tokens is the prompt
+// length the router admitted; the KV of every one of them is sent.
+type SenderConfig struct {
+	ID     ID
+	Tenant string
+	Tokens int
+	// MaxTokens is the prefill side's own input limit (0: none). A
+	// transfer over it fails at Start with CodeTooLong and sends nothing:
+	// never a shorter stand-in.
+	MaxTokens     int
+	Layers, KVDim int
+	FirstToken    int32
+	// Source reads the prefill KV; a kv.Lease taken when prefill finished
+	// is the intended one. It is read synchronously inside Step, into
+	// buffers the Sender owns, so no frame ever aliases a page.
+	Source        KVSource
+	MaxFrameBytes int           // 0: DefaultMaxFrameBytes
+	Window        int           // DATA frames unacknowledged at most; 0: DefaultWindow
+	Lease         time.Duration // from Start to ACK, at most; 0: DefaultLease
+	Retry         time.Duration // retransmit after this long without progress; 0: DefaultRetry
+}
+
+// KVSource is what a Sender reads KV from (kv.Lease, kv.Seq).
+type KVSource = KVReader
+
+type senderState uint8
+
+const (
+	sIdle senderState = iota
+	sOpening
+	sStreaming
+	sCommitted
+	sDone
+	sFailed
+)
+
+var senderStateNames = [...]string{"idle", "opening", "streaming", "committed", "done", "failed"}
+
+func (s senderState) String() string { return senderStateNames[s] }
+
+// Sender is the prefill side of one transfer: a pure state machine. It
+// owns no goroutine, socket or clock; the edge feeds it events and carries
+// out the actions Step returns, in order.
+type Sender struct {
+	cfg   SenderConfig
+	state senderState
+
+	now, deadline, progress time.Duration
+
+	window, maxFrame int
+	// Frame plan: frame seq covers tokens [t, t+tokPer) x all layers when
+	// layPer == Layers, else token seq/chunks, layers chunk (seq%chunks).
+	tokPer, layPer, chunks, frames int
+
+	next, credit uint32 // next seq never sent; every seq < credit received
+	commit       *Frame
+	released     bool
+	err          *errkind.Error
+
+	// corrupt, when set by a test, damages a payload after it is read and
+	// before it is framed: a fault only the digest check can catch.
+	corrupt func(seq uint32, data []float32)
+}
+
+// NewSender checks cfg and returns a Sender in its idle state; Step(Start)
+// begins the transfer.
+func NewSender(cfg SenderConfig) (*Sender, error) {
+	switch {
+	case cfg.ID.IsZero():
+		return nil, errf(errkind.Internal, CodeProtocol, "sender needs a transfer id")
+	case cfg.Tokens <= 0 || cfg.Tokens > 1<<31:
+		return nil, errf(errkind.BadInput, CodeProtocol, "sender of %d tokens", cfg.Tokens)
+	case cfg.Layers <= 0 || cfg.Layers > 1<<15 || cfg.KVDim <= 0 || cfg.KVDim > 1<<24:
+		return nil, errf(errkind.Internal, CodeProtocol, "sender layout %d layers x %d kvdim", cfg.Layers, cfg.KVDim)
+	case cfg.Source == nil:
+		return nil, errf(errkind.Internal, CodeProtocol, "sender needs a KV source")
+	case len(cfg.Tenant) > MaxString:
+		return nil, errf(errkind.BadInput, CodeProtocol, "tenant name of %d bytes", len(cfg.Tenant))
+	}
+	if cfg.MaxFrameBytes == 0 {
+		cfg.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = DefaultRetry
+	}
+	if cfg.MaxFrameBytes < MinMaxFrameBytes {
+		return nil, errf(errkind.Internal, CodeProtocol, "frame limit %d bytes, at least %d", cfg.MaxFrameBytes, MinMaxFrameBytes)
+	}
+	return &Sender{cfg: cfg, window: cfg.Window, maxFrame: cfg.MaxFrameBytes}, nil
+}
+
+// ID is the transfer's id.
+func (s *Sender) ID() ID { return s.cfg.ID }
+
+// State names the current state, for logs and tests.
+func (s *Sender) State() string { return s.state.String() }
+
+// Terminal reports whether the transfer has ended (acknowledged or failed).
+func (s *Sender) Terminal() bool { return s.state >= sDone }
+
+// Released reports whether Release has been emitted.
+func (s *Sender) Released() bool { return s.released }
+
+// Err is the failure, once the state is failed.
+func (s *Sender) Err() *errkind.Error { return s.err }
+
+// Step applies one event and returns the actions it calls for.
+func (s *Sender) Step(ev Event) []Action {
+	var out []Action
+	switch e := ev.(type) {
+	case Start:
+		if s.state != sIdle {
+			return nil
+		}
+		s.now, s.progress, s.deadline = e.Now, e.Now, e.Now+s.cfg.Lease
+		n, err := admitTokens(s.cfg.Tokens, s.cfg.MaxTokens)
+		if err != nil {
+			return s.fail(out, err, false)
+		}
+		s.cfg.Tokens = n
+		s.state = sOpening
+		out = append(out, s.send(s.openFrame()))
+	case Tick:
+		if e.Now > s.now {
+			s.now = e.Now
+		}
+		out = s.tick(out)
+	case FrameIn:
+		if e.Frame == nil || e.Frame.ID != s.cfg.ID || s.state == sIdle {
+			return nil
+		}
+		out = s.frame(out, e.Frame)
+	case BadFrame:
+		if s.state >= sOpening && !s.Terminal() {
+			out = s.fail(out, errf(errkind.Integrity, CodeChecksum, "corrupted frame from decode: %v", e.Err), true)
+		}
+	case PeerLost:
+		if s.state >= sOpening && !s.Terminal() {
+			out = s.fail(out, errf(errkind.Unavailable, CodePeerLost, "decode connection lost: %v", e.Err), false)
+		}
+	case Cancel:
+		if e.ID != s.cfg.ID {
+			return nil
+		}
+		if !s.Terminal() {
+			reason := e.Reason
+			if reason == nil {
+				reason = errf(errkind.Unavailable, CodeCancelled, "transfer cancelled")
+			}
+			out = s.fail(out, reason, s.state >= sOpening)
+		}
+		out = append(out, CancelDone{ID: s.cfg.ID, WasReady: s.state == sDone})
+	}
+	return out
+}
+
+func (s *Sender) tick(out []Action) []Action {
+	if s.state < sOpening || s.Terminal() {
+		return out
+	}
+	if s.now >= s.deadline {
+		return s.fail(out, errf(errkind.Unavailable, CodeTimeout, "no acknowledgement from decode within %v (state %v)", s.cfg.Lease, s.state), true)
+	}
+	if s.now-s.progress < s.cfg.Retry {
+		return out
+	}
+	// Nothing moved for a retry interval: something was lost. Resend what
+	// is unacknowledged. Resent DATA is byte-identical (same seq, same
+	// ranges, same payload), which the receiver ignores as a duplicate
+	// while answering with CREDIT, so a lost CREDIT also recovers.
+	s.progress = s.now
+	switch s.state {
+	case sOpening:
+		out = append(out, s.send(s.openFrame()))
+	case sStreaming, sCommitted:
+		for seq := s.credit; seq < s.next; seq++ {
+			f, err := s.dataFrame(seq)
+			if err != nil {
+				return s.fail(out, err, true)
+			}
+			out = append(out, s.send(f))
+		}
+		if s.commit != nil {
+			out = append(out, s.send(s.commit))
+		}
+	}
+	return out
+}
+
+func (s *Sender) frame(out []Action, f *Frame) []Action {
+	switch f.Type {
+	case TypeHello:
+		if s.state != sOpening {
+			return out // a duplicate HELLO
+		}
+		if f.Window > 0 && int(f.Window) < s.window {
+			s.window = int(f.Window)
+		}
+		if f.MaxFrameBytes > 0 && int(f.MaxFrameBytes) < s.maxFrame {
+			s.maxFrame = int(f.MaxFrameBytes)
+		}
+		if err := s.plan(); err != nil {
+			return s.fail(out, err, true)
+		}
+		s.state, s.progress = sStreaming, s.now
+		return s.pump(out)
+	case TypeCredit:
+		if s.state != sStreaming && s.state != sCommitted {
+			return out
+		}
+		if f.Credit > s.next {
+			return s.fail(out, errf(errkind.BadInput, CodeProtocol, "decode credited %d frames, only %d sent", f.Credit, s.next), true)
+		}
+		if f.Credit > s.credit {
+			s.credit, s.progress = f.Credit, s.now
+		}
+		return s.pump(out)
+	case TypeAck:
+		switch s.state {
+		case sCommitted:
+			s.state = sDone
+			s.released = true
+			return append(out, Done{ID: s.cfg.ID}, Release{ID: s.cfg.ID})
+		case sDone, sFailed:
+			return out
+		}
+		return s.fail(out, errf(errkind.BadInput, CodeProtocol, "ACK before COMMIT (state %v)", s.state), true)
+	case TypeAbort:
+		if s.Terminal() {
+			return out
+		}
+		return s.fail(out, fromFrame(f, "decode"), false)
+	}
+	return out
+}
+
+// pump sends DATA while the window allows, then COMMIT once every frame
+// has been sent.
+func (s *Sender) pump(out []Action) []Action {
+	if s.state != sStreaming {
+		return out
+	}
+	for int(s.next) < s.frames && s.next < s.credit+uint32(s.window) {
+		f, err := s.dataFrame(s.next)
+		if err != nil {
+			return s.fail(out, err, true)
+		}
+		out = append(out, s.send(f))
+		s.next++
+	}
+	if int(s.next) < s.frames {
+		return out
+	}
+	sum, err := Digest(s.cfg.Source, s.cfg.Tokens, s.cfg.Layers, s.cfg.KVDim)
+	if err != nil {
+		return s.fail(out, errf(errkind.Internal, CodeWrite, "reading prefill KV for the digest: %v", err), true)
+	}
+	s.commit = &Frame{Type: TypeCommit, ID: s.cfg.ID, Tokens: uint32(s.cfg.Tokens), Frames: uint32(s.frames), FirstToken: s.cfg.FirstToken, Digest: sum}
+	s.state = sCommitted
+	return append(out, s.send(s.commit))
+}
+
+// plan chooses the frame shape for the agreed frame limit: as many whole
+// tokens (all layers) as fit, or, when one token does not fit, one token
+// and as many layers as fit.
+func (s *Sender) plan() *errkind.Error {
+	cell := 8 * s.cfg.KVDim // K and V floats of one (token, layer)
+	room := s.maxFrame - Overhead - DataHeaderSize
+	if room < cell {
+		return errf(errkind.BadInput, CodeProtocol, "frame limit %d bytes cannot hold one token of one layer (%d bytes)", s.maxFrame, cell+Overhead+DataHeaderSize)
+	}
+	L := s.cfg.Layers
+	if per := room / (cell * L); per >= 1 {
+		s.tokPer, s.layPer, s.chunks = per, L, 1
+		s.frames = (s.cfg.Tokens + per - 1) / per
+		return nil
+	}
+	s.tokPer, s.layPer = 1, room/cell
+	s.chunks = (L + s.layPer - 1) / s.layPer
+	s.frames = s.cfg.Tokens * s.chunks
+	return nil
+}
+
+// span returns the ranges frame seq covers.
+func (s *Sender) span(seq uint32) (tf, tt, lf, lt int) {
+	if s.chunks == 1 {
+		tf = int(seq) * s.tokPer
+		return tf, min(tf+s.tokPer, s.cfg.Tokens), 0, s.cfg.Layers
+	}
+	tf, c := int(seq)/s.chunks, int(seq)%s.chunks
+	lf = c * s.layPer
+	return tf, tf + 1, lf, min(lf+s.layPer, s.cfg.Layers)
+}
+
+// dataFrame reads frame seq's KV from the source and frames it.
+func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
+	tf, tt, lf, lt := s.span(seq)
+	span := (tt - tf) * s.cfg.KVDim
+	data := make([]float32, 2*span*(lt-lf))
+	for i, l := 0, lf; l < lt; i, l = i+1, l+1 {
+		base := 2 * span * i
+		if err := s.cfg.Source.ReadTokens(l, tf, tt, data[base:base+span], data[base+span:base+2*span]); err != nil {
+			return nil, errf(errkind.Internal, CodeWrite, "reading prefill KV tokens [%d, %d) layer %d: %v", tf, tt, l, err)
+		}
+	}
+	if s.corrupt != nil {
+		s.corrupt(seq, data)
+	}
+	payload := make([]byte, 4*len(data))
+	PutFloats(payload, data)
+	return &Frame{Type: TypeData, ID: s.cfg.ID, Seq: seq, TokFrom: uint32(tf), TokTo: uint32(tt),
+		LayerFrom: uint16(lf), LayerTo: uint16(lt), Payload: payload}, nil
+}
+
+func (s *Sender) openFrame() *Frame {
+	return &Frame{Type: TypeOpen, ID: s.cfg.ID, Tenant: s.cfg.Tenant, Tokens: uint32(s.cfg.Tokens),
+		Layers: uint16(s.cfg.Layers), KVDim: uint32(s.cfg.KVDim)}
+}
+
+func (s *Sender) send(f *Frame) Action { return SendFrame{Frame: f} }
+
+// fail ends the transfer: Fail, an ABORT to decode when abort is set (the
+// failure was seen here, not reported by decode), and Release. Release is
+// safe at once on this side: every frame handed to the edge carries its
+// own copy of the KV, so nothing in flight reads the pages.
+func (s *Sender) fail(out []Action, err *errkind.Error, abort bool) []Action {
+	s.state, s.err = sFailed, err
+	out = append(out, Fail{ID: s.cfg.ID, Err: err})
+	if abort {
+		out = append(out, s.send(abortFrame(s.cfg.ID, err)))
+	}
+	if !s.released {
+		s.released = true
+		out = append(out, Release{ID: s.cfg.ID})
+	}
+	return out
+}
+
+// String summarises the sender for logs.
+func (s *Sender) String() string {
+	return fmt.Sprintf("sender %v: %v, %d/%d frames sent, %d credited", s.cfg.ID, s.state, s.next, s.frames, s.credit)
+}
