@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/peer"
 	"github.com/bulkhead-llm/bulkhead/internal/perf"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
@@ -46,6 +48,11 @@ type modelBench struct {
 	DecodeBandwidthBytesS float64 `json:"decode_weight_bytes_per_s"`
 	BandwidthFraction     float64 `json:"bandwidth_fraction"`
 	StartToFirstTokenMS   float64 `json:"start_to_first_token_ms"`
+
+	// The llama.cpp peer on the same file and thread count, when --peer.
+	Peer              *peer.BenchResult `json:"llama_cpp,omitempty"`
+	PrefillVsLlamaCpp float64           `json:"prefill_vs_llama_cpp,omitempty"`
+	DecodeVsLlamaCpp  float64           `json:"decode_vs_llama_cpp,omitempty"`
 }
 
 func runBenchModel(args []string, stdout, stderr io.Writer) error {
@@ -56,6 +63,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	genN := fs.Int("gen-tokens", 256, "tokens to decode for the decode measurement")
 	reps := fs.Int("reps", 3, "repetitions; the best is reported")
 	asJSON := fs.Bool("json", false, "print one JSON object on the last line")
+	withPeer := fs.Bool("peer", false, "also measure llama.cpp (node-llama-cpp in tools/node) on the same GGUF file and thread count, and report the ratios")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -117,6 +125,21 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	res.ReadBandwidthBytesPS = perf.ReadBandwidth(512<<20, pool.Threads(), 5)
 	res.DecodeBandwidthBytesS = res.DecodeTokensPerS * float64(res.WeightBytesPerToken)
 	res.BandwidthFraction = res.DecodeBandwidthBytesS / res.ReadBandwidthBytesPS
+	if *withPeer {
+		if mf.model == "" || mf.tokenizer != "" {
+			return usagef("--peer needs a GGUF --model (llama.cpp reads GGUF only); make one with 'bulkhead convert'")
+		}
+		if err := peer.Available(); err != nil {
+			return err
+		}
+		pr, err := peer.Bench(context.Background(), mf.model, res.Threads, *promptN, *genN, *reps)
+		if err != nil {
+			return err
+		}
+		res.Peer = &pr
+		res.PrefillVsLlamaCpp = res.PrefillTokensPerS / pr.PrefillTokensPerS
+		res.DecodeVsLlamaCpp = res.DecodeTokensPerS / pr.DecodeTokensPerS
+	}
 
 	fmt.Fprintf(stdout, "model            %s (%s weights, %s kernels, %d threads)\n", res.Model, res.WeightType, res.Kernels, res.Threads)
 	fmt.Fprintf(stdout, "prefill          %.1f tokens/s (%d-token prompt, best of %d)\n", res.PrefillTokensPerS, *promptN, *reps)
@@ -125,6 +148,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s measured with %d threads; decode reaches %.1f GB/s = %.0f%%\n",
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9, 100*res.BandwidthFraction)
 	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)
+	if p := res.Peer; p != nil {
+		fmt.Fprintf(stdout, "llama.cpp        prefill %.1f tokens/s, decode %.1f tokens/s (%s)\n", p.PrefillTokensPerS, p.DecodeTokensPerS, p.Version)
+		fmt.Fprintf(stdout, "ratio            prefill %.2fx, decode %.2fx llama.cpp\n", res.PrefillVsLlamaCpp, res.DecodeVsLlamaCpp)
+	}
 	if *asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Fprintln(stdout, string(b))

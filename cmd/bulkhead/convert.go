@@ -98,6 +98,10 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 		f.Close()
 		return err
 	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return err
+	}
 	if err := f.Close(); err != nil {
 		return err
 	}

@@ -217,6 +217,7 @@ func TestOperationalEndpoints(t *testing.T) {
 func TestClientDisconnectCancels(t *testing.T) {
 	h := newHarness(t, func(_ *Options, f *fakeBackend) {
 		f.reply = func([]int) string { return strings.Repeat(" and then", 40) }
+		f.delay = 5 * time.Millisecond // 60 tokens take 300 ms: the disconnect comes first
 	})
 	cctx, cancel := contextWithCancel()
 	p := completionParams("x")

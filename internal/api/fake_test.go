@@ -32,8 +32,8 @@ type fakeBackend struct {
 	submitErr  error                     // Submit fails with this
 	failAfter  int                       // > 0: after this many tokens, end with failErr
 	failErr    *errkind.Error
-	lieAboutPN int  // > 0: report this many prompt tokens instead of the truth
-	endWithEOS bool // push EOS after the reply
+	lieAboutPN int           // > 0: report this many prompt tokens instead of the truth
+	delay      time.Duration // between tokens (default 20µs)
 }
 
 const defaultReply = " Once upon a time, there was a little cat. The cat was happy."
@@ -56,9 +56,6 @@ func (f *fakeBackend) Submit(ctx context.Context, a engine.Admitted) (*engine.St
 		text = f.reply(req.Prompt)
 	}
 	out := f.tok.Encode(text, false)
-	if f.endWithEOS {
-		out = append(out, f.tok.EOS())
-	}
 	st := engine.NewStream()
 	go func() {
 		pn := len(req.Prompt)
@@ -84,7 +81,7 @@ func (f *fakeBackend) Submit(ctx context.Context, a engine.Admitted) (*engine.St
 			}
 			st.Push(t)
 			n++
-			time.Sleep(20 * time.Microsecond) // let the consumer see tokens one by one
+			time.Sleep(max(f.delay, 20*time.Microsecond)) // let the consumer see tokens one by one
 			if t == f.tok.EOS() {
 				break
 			}
@@ -136,7 +133,7 @@ func newHarness(t *testing.T, mod func(*Options, *fakeBackend)) *harness {
 	m := metrics.New()
 	opts := Options{
 		Backend: fake, Tokenizer: tok, ModelName: embedded.Name, Metrics: m,
-		Tenants: []config.Tenant{{Name: "a", APIKeys: []string{keyA}}, {Name: "b", APIKeys: []string{keyB}}},
+		Tenants:      []config.Tenant{{Name: "a", APIKeys: []string{keyA}}, {Name: "b", APIKeys: []string{keyB}}},
 		MaxBodyBytes: 4096,
 	}
 	if mod != nil {

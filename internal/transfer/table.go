@@ -1,0 +1,211 @@
+package transfer
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// TableConfig bounds what a Table remembers about finished transfers.
+type TableConfig struct {
+	// Remember is how long a finished id stays known (refused if reserved
+	// again, answered if its sender retransmits); 0: DefaultRemember.
+	Remember time.Duration
+	// RememberMax caps the finished ids kept; the oldest go first. 0:
+	// DefaultRememberMax.
+	RememberMax int
+}
+
+// Defaults for TableConfig.
+const (
+	DefaultRemember    = 10 * time.Minute
+	DefaultRememberMax = 1 << 16
+)
+
+type finished struct {
+	id    ID
+	at    time.Duration
+	ready bool
+	peer  uint64
+	err   *errkind.Error
+}
+
+// Table is a decode server's registry of transfers: the Receivers of live
+// reservations and a bounded memory of finished ids. It refuses frames and
+// reservations for ids it did not reserve or has already used, and routes
+// every event to its Receiver. It is a pure state machine like the
+// Receivers it owns; one goroutine drives it.
+//
+// Peer numbers are the edge's; 0 means "no connection" and must not be
+// used for a real one.
+type Table struct {
+	cfg   TableConfig
+	now   time.Duration
+	live  map[ID]*Receiver
+	order []ID // live ids in reservation order, so Tick is deterministic
+	done  map[ID]*finished
+	fifo  []*finished
+}
+
+// NewTable returns an empty table.
+func NewTable(cfg TableConfig) *Table {
+	if cfg.Remember <= 0 {
+		cfg.Remember = DefaultRemember
+	}
+	if cfg.RememberMax <= 0 {
+		cfg.RememberMax = DefaultRememberMax
+	}
+	return &Table{cfg: cfg, live: map[ID]*Receiver{}, done: map[ID]*finished{}}
+}
+
+// ErrReplayed is wrapped by the error Check and Reserve return for an id
+// that is live or was used recently.
+var ErrReplayed = errors.New("transfer id already used")
+
+// Check says whether id may be reserved: it fails for the zero id and for
+// an id live or recently finished here. Call it before allocating pages.
+func (t *Table) Check(id ID) error {
+	if id.IsZero() {
+		return errf(errkind.BadInput, CodeProtocol, "zero transfer id")
+	}
+	if _, ok := t.live[id]; ok {
+		return errkind.Wrap(errkind.BadInput, CodeReplayed, ErrReplayed, "kv transfer: transfer id is already reserved")
+	}
+	if _, ok := t.done[id]; ok {
+		return errkind.Wrap(errkind.BadInput, CodeReplayed, ErrReplayed, "kv transfer: transfer id was already used")
+	}
+	return nil
+}
+
+// Reserve registers a reservation whose pages the edge has allocated. On
+// error nothing is registered, and the edge frees what it allocated.
+func (t *Table) Reserve(res Reservation) error {
+	if err := t.Check(res.ID); err != nil {
+		return err
+	}
+	if res.Tokens <= 0 || res.Layers <= 0 || res.KVDim <= 0 || res.Layers > 1<<15 {
+		return errf(errkind.BadInput, CodeProtocol, "reservation of %d tokens, %d layers x %d kvdim", res.Tokens, res.Layers, res.KVDim)
+	}
+	t.live[res.ID] = newReceiver(res)
+	t.order = append(t.order, res.ID)
+	return nil
+}
+
+// Receiver returns the live receiver for id, or nil.
+func (t *Table) Receiver(id ID) *Receiver { return t.live[id] }
+
+// Live is the number of reservations not yet retired: not Ready, and not
+// failed-and-released.
+func (t *Table) Live() int { return len(t.live) }
+
+// Remembered is the number of finished ids kept.
+func (t *Table) Remembered() int { return len(t.done) }
+
+// Step routes one event and returns the actions it calls for.
+func (t *Table) Step(ev Event) []Action {
+	var out []Action
+	switch e := ev.(type) {
+	case Tick:
+		if e.Now > t.now {
+			t.now = e.Now
+		}
+		for _, id := range slices.Clone(t.order) {
+			out = t.stepOne(out, id, e)
+		}
+		t.forget()
+	case PeerLost:
+		for _, id := range slices.Clone(t.order) {
+			out = t.stepOne(out, id, e)
+		}
+	case FrameIn:
+		if e.Frame == nil {
+			return nil
+		}
+		out = t.frame(out, e)
+	case BadFrame:
+		var fe *FrameError
+		if errors.As(e.Err, &fe) && fe.HasID {
+			out = t.stepOne(out, fe.ID, e)
+		}
+	case Cancel:
+		if _, ok := t.live[e.ID]; ok {
+			return t.stepOne(out, e.ID, e)
+		}
+		fin := t.done[e.ID]
+		out = append(out, CancelDone{ID: e.ID, WasReady: fin != nil && fin.ready})
+	case WriteDone:
+		out = t.stepOne(out, e.ID, e)
+	case DigestDone:
+		out = t.stepOne(out, e.ID, e)
+	}
+	return out
+}
+
+func (t *Table) frame(out []Action, e FrameIn) []Action {
+	f := e.Frame
+	if f.Type == TypeCancel {
+		// The router's cancel, acknowledged on its own connection whatever
+		// the transfer's state.
+		for _, a := range t.Step(Cancel{ID: f.ID, Reason: fromFrame(f, "the router")}) {
+			if _, ok := a.(CancelDone); !ok {
+				out = append(out, a)
+			}
+		}
+		return append(out, SendFrame{Peer: e.Peer, Frame: &Frame{Type: TypeCancelled, ID: f.ID}})
+	}
+	if _, ok := t.live[f.ID]; ok {
+		return t.stepOne(out, f.ID, e)
+	}
+	if fin, ok := t.done[f.ID]; ok {
+		if e.Peer != fin.peer || f.Type == TypeAbort {
+			return out
+		}
+		if fin.ready {
+			if f.Type == TypeCommit {
+				out = append(out, SendFrame{Peer: e.Peer, Frame: &Frame{Type: TypeAck, ID: f.ID}})
+			}
+			return out
+		}
+		return append(out, SendFrame{Peer: e.Peer, Frame: abortFrame(f.ID, fin.err)})
+	}
+	switch f.Type {
+	case TypeOpen, TypeData, TypeCommit:
+		// Not reserved here (or forgotten, or this server restarted): refuse.
+		return append(out, SendFrame{Peer: e.Peer, Frame: abortFrame(f.ID,
+			errf(errkind.BadInput, CodeUnknownID, "decode holds no reservation for this transfer"))})
+	}
+	return out // never answer an ABORT, ACK or reply with another
+}
+
+// stepOne steps id's receiver, if live, and retires it once it is Ready or
+// failed and released.
+func (t *Table) stepOne(out []Action, id ID, ev Event) []Action {
+	r := t.live[id]
+	if r == nil {
+		return out
+	}
+	out = append(out, r.step(ev)...)
+	if r.state == rReady || (r.state == rFailed && r.released) {
+		delete(t.live, id)
+		t.order = slices.DeleteFunc(t.order, func(x ID) bool { return x == id })
+		fin := &finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, err: r.err}
+		t.done[id] = fin
+		t.fifo = append(t.fifo, fin)
+		t.forget()
+	}
+	return out
+}
+
+// forget drops finished ids past their time or over the cap.
+func (t *Table) forget() {
+	drop := 0
+	for drop < len(t.fifo) && (len(t.fifo)-drop > t.cfg.RememberMax || t.now-t.fifo[drop].at >= t.cfg.Remember) {
+		delete(t.done, t.fifo[drop].id)
+		drop++
+	}
+	if drop > 0 {
+		t.fifo = slices.Delete(t.fifo, 0, drop)
+	}
+}
