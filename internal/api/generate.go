@@ -159,9 +159,6 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, promp
 	}
 	admitted, rej := engine.Admit(engine.Request{Tenant: c.tenant, Prompt: prompt, MaxTokens: maxTokens, Sampling: p.sampling}, lim)
 	if rej != nil {
-		if rej.Code == "invalid_value" && rej.Param == "" && p.maxTokens != 0 {
-			rej.Param = "max_tokens"
-		}
 		s.writeError(w, r, rej)
 		return
 	}

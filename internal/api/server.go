@@ -299,5 +299,8 @@ func (s *Server) checkModel(model string) *errkind.Error {
 	case "":
 		return badInput("model", "missing_required_parameter", "model is required; this server serves %q", s.opts.ModelName)
 	}
+	if len(model) > 64 {
+		model = model[:64] + "..."
+	}
 	return badInput("model", "model_not_found", "model %q is not served here; this server serves %q", model, s.opts.ModelName)
 }

@@ -43,6 +43,9 @@ type Config struct {
 	// Model is the path of a GGUF or llama2.c model file; empty serves the
 	// embedded stories260K model.
 	Model string `yaml:"model"`
+	// Tokenizer is the llama2.c tokenizer file that a llama2.c Model needs
+	// (GGUF files carry their own).
+	Tokenizer string `yaml:"tokenizer"`
 	// ModelName is the id clients send as "model" and /v1/models lists;
 	// empty derives it from the model (the embedded model is "stories260K").
 	ModelName string `yaml:"model_name"`

@@ -65,7 +65,7 @@ func (p Plan) String() string {
 // LoadModel opens the configured model (the embedded one when none is
 // set) and names it.
 func LoadModel(cfg *config.Config) (*model.Model, error) {
-	m, err := model.Open(cfg.Model, "")
+	m, err := model.Open(cfg.Model, cfg.Tokenizer)
 	if err != nil {
 		return nil, err
 	}
