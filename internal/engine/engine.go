@@ -135,6 +135,16 @@ func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {
 		return nil, errkind.New(errkind.Internal, "not_admitted", "request was not admitted")
 	}
 	req := a.Request()
+	if lim, ok := e.pool.Config().TenantPages[req.Tenant]; ok {
+		_, pageSize := e.pool.Capacity()
+		if need := (len(req.Prompt) + req.MaxTokens + pageSize - 1) / pageSize; need > lim {
+			e := errkind.New(errkind.BadInput, "context_length_exceeded",
+				"prompt has %d tokens and max_tokens is %d, %d in all; this API key's tenant may hold at most %d KV pages (%d tokens)",
+				len(req.Prompt), req.MaxTokens, len(req.Prompt)+req.MaxTokens, lim, lim*pageSize)
+			e.Param = "max_tokens"
+			return nil, e
+		}
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -193,6 +203,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				e.sched.enqueue(r)
 			case r := <-e.cancelCh:
 				e.finish(r, Result{Err: errCancelled})
+				e.observe(0)
 			case <-ctx.Done():
 				return nil
 			}
@@ -243,6 +254,14 @@ func (e *Engine) shutdown() {
 	}
 }
 
+// observe reports the step (or an idle moment, with 0 tokens) so that the
+// gauges reflect requests that finished since.
+func (e *Engine) observe(tokens int) {
+	if o := e.cfg.Observer; o != nil {
+		o.ObserveStep(tokens, int(e.stats.running.Load()), int(e.stats.queued.Load()))
+	}
+}
+
 // finish ends r with res: frees its pages, closes its stream and releases
 // its tenant's slot. Finishing twice is a no-op.
 func (e *Engine) finish(r *request, res Result) {
@@ -275,8 +294,8 @@ func (e *Engine) step() {
 		for _, r := range plan.preempted {
 			o.Preempted(r.tenant)
 		}
-		o.ObserveStep(plan.tokens, int(e.stats.running.Load()), int(e.stats.queued.Load()))
 	}
+	defer e.observe(plan.tokens)
 	if len(plan.batch) == 0 {
 		return
 	}

@@ -95,6 +95,7 @@ type Pool struct {
 
 	violations uint64
 	scrubs     uint64
+	allocs     uint64
 	leases     int
 }
 
@@ -191,6 +192,7 @@ func (p *Pool) reserve(tenant uint32, n int) ([]int32, error) {
 		pg.tag.tenant = tenant
 	}
 	p.tenantUsed[tenant] += n
+	p.allocs += uint64(n)
 	return got, nil
 }
 
@@ -281,6 +283,9 @@ type Stats struct {
 	Violations uint64
 	// Scrubs counts pages scrubbed on their way back to the free list.
 	Scrubs uint64
+	// Allocs counts pages handed out since the pool was made: a request
+	// rejected at admission must not move it.
+	Allocs uint64
 }
 
 // Stats returns a snapshot. Safe for concurrent use.
@@ -289,7 +294,7 @@ func (p *Pool) Stats() Stats {
 	defer p.mu.Unlock()
 	s := Stats{
 		Pages: p.cfg.Pages, PageSize: p.cfg.PageSize, Free: len(p.free), Leases: p.leases,
-		TenantPages: map[string]int{}, Violations: p.violations, Scrubs: p.scrubs,
+		TenantPages: map[string]int{}, Violations: p.violations, Scrubs: p.scrubs, Allocs: p.allocs,
 	}
 	for i := range p.pages {
 		pg := &p.pages[i]

@@ -26,6 +26,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/prefix"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server is an assembled single-process server.
@@ -164,6 +165,18 @@ func (s *Server) build(plan Plan) error {
 	if s.Pool, err = kv.NewPool(pc); err != nil {
 		return err
 	}
+	pool := s.Pool
+	s.Metrics.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_page_allocations_total",
+			Help: "KV pages handed out since start. A request rejected at admission never moves it."},
+			func() float64 { return float64(pool.Stats().Allocs) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_page_scrubs_total",
+			Help: "KV pages scrubbed on their way back to the free list."},
+			func() float64 { return float64(pool.Stats().Scrubs) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "kv_pool_pages",
+			Help: "Pages in the KV pool."},
+			func() float64 { return float64(cfg.KV.Pages) }),
+	)
 	ecfg := engine.Config{
 		Limits: plan.Limits, BatchTokens: cfg.BatchTokens, MaxRunning: cfg.MaxSequences,
 		MaxQueued: cfg.MaxQueue, TenantMaxRequests: tenantMax, Observer: observer{s.Metrics},
@@ -248,9 +261,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	return err
 }
 
-// updateGauges refreshes pool-level gauges once a second.
+// updateGauges refreshes pool-level gauges four times a second.
 func (s *Server) updateGauges(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	seen := map[string]bool{}
 	for {

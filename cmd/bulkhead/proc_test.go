@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// bulkheadBinary builds the real binary once per test run: end-to-end tests
+// start it as separate processes, exactly as a user would.
+func bulkheadBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "bulkhead-e2e")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "bulkhead")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// process is a bulkhead process started by a test.
+type process struct {
+	cmd    *exec.Cmd
+	base   string // http://host:port
+	stderr *syncBuffer
+	exited chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var servingLine = regexp.MustCompile(`on http://([^/\s]+)/v1`)
+
+// startBulkhead runs `bulkhead args...` with --listen 127.0.0.1:0 (the
+// kernel picks the port), waits for the line announcing the address, and
+// stops the process with SIGTERM when the test ends.
+func startBulkhead(t testing.TB, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(bulkheadBinary(t), append(args, "--listen", "127.0.0.1:0")...)
+	p := &process{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
+	cmd.Stderr = p.stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-p.exited
+			t.Errorf("bulkhead %v did not stop within 20s of SIGTERM", args)
+		}
+		if t.Failed() {
+			t.Logf("bulkhead %v stderr:\n%s", args, p.stderr.String())
+		}
+	})
+	select {
+	case a := <-addr:
+		p.base = "http://" + a
+	case err := <-p.exited:
+		t.Fatalf("bulkhead %v exited before serving: %v\n%s", args, err, p.stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("bulkhead %v did not announce its address within 60s\n%s", args, p.stderr.String())
+	}
+	return p
+}
+
+// client returns an official OpenAI client for the process, with key.
+func (p *process) client(key string) openai.Client {
+	opts := []option.RequestOption{option.WithBaseURL(p.base + "/v1/"), option.WithMaxRetries(0), option.WithRequestTimeout(2 * time.Minute)}
+	if key != "" {
+		opts = append(opts, option.WithAPIKey(key))
+	}
+	return openai.NewClient(opts...)
+}
+
+// metric returns the sum of the samples of name whose labels contain every
+// one of labels (e.g. `state="free"`), read from /metrics.
+func (p *process) metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+		found = true
+	}
+	if !found {
+		return 0
+	}
+	return sum
+}
+
+// waitMetric polls until metric equals want or the deadline passes.
+func (p *process) waitMetric(t testing.TB, want float64, name string, labels ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		got := p.metric(t, name, labels...)
+		if got == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("metric %s%v = %v, want %v", name, labels, got, want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func writeConfig(t testing.TB, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bulkhead.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
