@@ -31,11 +31,12 @@ const (
 	Overhead = HeaderSize + TrailerSize
 	// DefaultMaxFrameBytes bounds a whole frame, header and CRC included.
 	DefaultMaxFrameBytes = 1 << 20
-	// MinMaxFrameBytes is the smallest frame limit that still fits every
-	// control frame with full-length strings.
-	MinMaxFrameBytes = 1024
 	// MaxString bounds tenant names, error codes and reasons on the wire.
 	MaxString = 512
+	// MinMaxFrameBytes is the smallest frame limit that still fits every
+	// control frame with full-length strings (an ABORT: kind and two
+	// strings).
+	MinMaxFrameBytes = Overhead + 1 + 2*(2+MaxString)
 	// DataHeaderSize is the fixed part of a DATA body before the payload.
 	DataHeaderSize = 16
 )

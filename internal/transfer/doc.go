@@ -1,0 +1,29 @@
+// Package transfer moves a request's prompt KV from a prefill server to a
+// decode server: the wire format, the protocol as pure state machines, and
+// the transports and fault injection at the edge. The protocol is written
+// down in docs/transfer-protocol.md.
+//
+// It owns:
+//   - the frame format (frame.go): magic, version, type, 128-bit transfer
+//     id, length-prefixed body, CRC32C; Decode and ReadFrame refuse
+//     oversize frames before allocating;
+//   - Sender (prefill side, one per transfer), Receiver and Table (decode
+//     side): raft-style machines, Step(Event) []Action, with no goroutines,
+//     sockets or clocks; time arrives as Tick(now);
+//   - Digest, the placement-independent SHA-256 of KV in token order;
+//   - Conn transports (in-memory Pipe, TCP) and WithFaults/ParseFaults.
+//
+// It must never:
+//   - let a decode sequence become Ready unless every (token, layer) of the
+//     reserved count arrived exactly once, every frame passed its CRC, the
+//     digest of the KV as written matches the sender's, and the tenant and
+//     count match the reservation;
+//   - ask for a receiver's pages to be released while a write or digest it
+//     asked for is unconfirmed, or a sender's before ACK or failure;
+//   - accept frames for an id it did not reserve, or reserve an id twice;
+//   - send a shorter stand-in for a prompt over the sender's limit (the
+//     build tag bulkhead_placeholder re-introduces exactly that bug so the
+//     tests can show they catch it);
+//   - allocate or free KV pages itself: the edge does, on Release and
+//     MarkReady, through package kv.
+package transfer
