@@ -131,6 +131,42 @@ func (e *Engine) Stats() Stats {
 
 // Submit implements Backend.
 func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {
+	return e.submit(ctx, a, nil)
+}
+
+// Prefill runs only an admitted request's prompt: it computes the KV,
+// samples the first token, and ends the stream with a Result whose Handoff
+// holds a lease on that KV for the transfer to a decode server. The stream
+// carries no tokens. This is the prefill role of disaggregated serving.
+func (e *Engine) Prefill(ctx context.Context, a Admitted) (*Stream, error) {
+	return e.submit(ctx, a, func(r *request) { r.prefillOnly = true })
+}
+
+// SubmitPrefilled starts an admitted request whose prompt KV is already in
+// seq (delivered and verified by a KV transfer) and whose first token was
+// sampled by the prefill server. The engine emits firstToken, then decodes
+// on. seq must cover the prompt plus max_tokens and belong to the
+// request's tenant; the engine takes ownership of it and frees it when the
+// request ends. If the request is preempted, the engine recomputes the
+// prompt locally, exactly as for any request.
+func (e *Engine) SubmitPrefilled(ctx context.Context, a Admitted, seq *kv.Seq, firstToken int) (*Stream, error) {
+	req := a.Request()
+	if seq == nil || seq.Len() != len(req.Prompt) || seq.Cap() < len(req.Prompt)+req.MaxTokens {
+		if seq != nil {
+			seq.Free()
+		}
+		return nil, errkind.New(errkind.Integrity, "kv_incomplete", "the transferred KV does not cover the prompt")
+	}
+	return e.submit(ctx, a, func(r *request) {
+		r.seq, r.fed = seq, len(r.tokens)
+		r.sampler.Skip(1)
+		r.tokens = append(r.tokens, firstToken)
+		r.stream.Push(firstToken)
+		r.logits = make([]float32, e.m.Config.Vocab)
+	})
+}
+
+func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (*Stream, error) {
 	if !a.Valid() {
 		return nil, errkind.New(errkind.Internal, "not_admitted", "request was not admitted")
 	}
@@ -166,10 +202,16 @@ func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {
 		promptLen: len(req.Prompt), maxTokens: req.MaxTokens, sampler: sample.New(req.Sampling),
 		stream: NewStream(),
 	}
+	if setup != nil {
+		setup(r)
+	}
 	select {
 	case e.submitCh <- r:
 	default:
 		e.release(r.tenant)
+		if r.seq != nil {
+			r.seq.Free()
+		}
 		return nil, errkind.New(errkind.Overload, "server_overloaded", "the server's queue is full (%d requests waiting)", e.cfg.MaxQueued)
 	}
 	e.stats.queued.Add(1)
@@ -254,6 +296,18 @@ func (e *Engine) shutdown() {
 	}
 }
 
+// handoff ends a prefill-only request: its KV goes out under a lease, and
+// its own hold on the pages is dropped, so the pages return to the pool
+// exactly when the lease is released.
+func (e *Engine) handoff(r *request, first int) {
+	lease, err := r.seq.Lease()
+	if err != nil {
+		e.finish(r, Result{Err: errkind.Wrap(errkind.Integrity, "kv_integrity_error", err, "could not pin the prompt's KV for transfer")})
+		return
+	}
+	e.finish(r, Result{Finish: FinishLength, Handoff: &Handoff{Lease: lease, Tokens: lease.Tokens(), FirstToken: first, End: e.m.IsEnd(first)}})
+}
+
 // observe reports the step (or an idle moment, with 0 tokens) so that the
 // gauges reflect requests that finished since.
 func (e *Engine) observe(tokens int) {
@@ -272,7 +326,7 @@ func (e *Engine) finish(r *request, res Result) {
 	if r.stopWatch != nil {
 		r.stopWatch()
 	}
-	wasRunning := r.seq != nil || r.running
+	wasRunning := r.running
 	e.sched.remove(r)
 	if wasRunning {
 		e.stats.running.Add(-1)
@@ -330,6 +384,10 @@ func (e *Engine) step() {
 			e.sched.cachePrompt(r)
 		}
 		tok := r.sampler.Next(s.Logits)
+		if r.prefillOnly {
+			e.handoff(r, tok)
+			continue
+		}
 		if e.m.IsEnd(tok) {
 			e.finish(r, Result{Finish: FinishStop})
 			continue

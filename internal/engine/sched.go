@@ -22,6 +22,9 @@ type request struct {
 	maxTokens int
 	fed       int     // leading tokens whose KV is in seq
 	cached    int     // prompt tokens served from the prefix cache
+	// prefillOnly requests stop after the first sampled token and hand
+	// their KV over (Engine.Prefill) instead of freeing it.
+	prefillOnly bool
 	seq       *kv.Seq // nil while queued
 	running   bool
 	finished  bool
@@ -167,20 +170,23 @@ func (s *scheduler) plan() stepPlan {
 				i++
 				continue
 			}
-			seq, hit, err := s.alloc(r)
-			if errors.Is(err, kv.ErrQuota) {
-				blockedTenant[r.tenant] = true
-				i++
-				continue
-			}
-			if err != nil {
-				break
+			if r.seq == nil { // not delivered prefilled by a KV transfer
+				seq, hit, err := s.alloc(r)
+				if errors.Is(err, kv.ErrQuota) {
+					blockedTenant[r.tenant] = true
+					i++
+					continue
+				}
+				if err != nil {
+					break
+				}
+				r.seq, r.fed = seq, hit
+				if r.generated() == 0 {
+					r.cached = hit
+				}
 			}
 			s.queue = append(s.queue[:i], s.queue[i+1:]...)
-			r.seq, r.running, r.fed = seq, true, hit
-			if r.generated() == 0 {
-				r.cached = hit
-			}
+			r.running = true
 			if r.logits == nil {
 				r.logits = make([]float32, s.vocab)
 			}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
 )
 
 // FinishReason says why a successful generation ended.
@@ -32,6 +33,22 @@ type Result struct {
 	Finish FinishReason
 	Err    *errkind.Error
 	Usage  Usage
+	// Handoff carries a prefill-only request's KV to whoever transfers it
+	// (see Engine.Prefill); nil otherwise.
+	Handoff *Handoff
+}
+
+// Handoff is the product of a prefill-only request: a lease pinning the
+// KV of its prompt, and the first token sampled after it. The receiver
+// must Release the lease once the KV is delivered (or the transfer
+// failed); until then the pages cannot be freed or reused.
+type Handoff struct {
+	Lease      *kv.Lease
+	Tokens     int // prompt tokens the lease covers
+	FirstToken int
+	// End is true when the first token ends the text (EOS): there is
+	// nothing for a decode server to do.
+	End bool
 }
 
 // Stream carries one request's generated tokens from a Backend to its

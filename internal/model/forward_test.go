@@ -150,3 +150,26 @@ func TestBatchInvarianceRandomGQAF16(t *testing.T) {
 	m := randomModel(t, s, tensor.F16)
 	checkBatchInvariance(t, m, 4, 16)
 }
+
+func TestFingerprint(t *testing.T) {
+	a, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := model.Default()
+	if a.Fingerprint() != b.Fingerprint() || len(a.Fingerprint()) != 64 {
+		t.Fatalf("same model, fingerprints %s and %s", a.Fingerprint(), b.Fingerprint())
+	}
+	q := randomModel(t, convert.Shape{Name: "x", Dim: 64, Hidden: 64, Layers: 1, Heads: 2, KVHeads: 2, Vocab: 512, ContextLen: 32}, tensor.F32)
+	if q.Fingerprint() == a.Fingerprint() {
+		t.Fatal("different models share a fingerprint")
+	}
+	// One changed weight changes the fingerprint.
+	c, _ := model.Default()
+	norm := append([]float32(nil), c.Layers[0].AttnNorm...)
+	norm[3] += 1e-3
+	c.Layers[0].AttnNorm = norm
+	if c.Fingerprint() == a.Fingerprint() {
+		t.Fatal("a changed norm weight kept the fingerprint")
+	}
+}

@@ -12,6 +12,7 @@ package model
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
@@ -44,6 +45,8 @@ type Model struct {
 	ChatTemplate string
 
 	closer func() error
+	fpOnce sync.Once
+	fp     string
 }
 
 // Close releases the file mapping behind the weights. The Model must not be

@@ -65,6 +65,18 @@ func Greedy(logits []float32) int {
 	return best
 }
 
+// Skip advances the generator past n draws as if Next had been called n
+// times, so a decode server continues the random stream of a request whose
+// first token was sampled by its prefill server.
+func (s *Sampler) Skip(n int) {
+	if s.p.Temperature == 0 {
+		return // greedy draws nothing
+	}
+	for ; n > 0; n-- {
+		s.rng.Float32()
+	}
+}
+
 // Next picks a token from logits. It may reorder a scratch copy but leaves
 // logits untouched.
 func (s *Sampler) Next(logits []float32) int {

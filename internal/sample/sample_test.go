@@ -79,3 +79,18 @@ func TestValidate(t *testing.T) {
 		t.Errorf("Validate rejected good settings: %v", err)
 	}
 }
+
+func TestSkipContinuesTheStream(t *testing.T) {
+	logits := []float32{1, 1.2, 0.8, 1.1, 0.9}
+	p := Params{Temperature: 1, Seed: 42}
+	a := New(p)
+	a.Next(logits)
+	want := []int{a.Next(logits), a.Next(logits), a.Next(logits)}
+	b := New(p)
+	b.Skip(1)
+	for i, w := range want {
+		if got := b.Next(logits); got != w {
+			t.Fatalf("draw %d after Skip(1) = %d, want %d", i, got, w)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+// TestPrefillHandoffThenDecode runs the two halves of disaggregated serving
+// on two engines with separate pools: Prefill computes the prompt's KV and
+// first token, the KV is copied token by token into a page table of the
+// decode pool, and SubmitPrefilled continues. The text must equal the
+// request run alone, greedy and sampled, and both pools must end free.
+func TestPrefillHandoffThenDecode(t *testing.T) {
+	m := stories(t)
+	pre := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
+	dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
+	c := &m.Config
+	for _, p := range []sample.Params{{}, {Temperature: 0.9, TopP: 0.95, Seed: 11}} {
+		prompt := m.Tokenizer.Encode("Lily and Tom went to the park. They saw a big dog", true)
+		const maxTokens = 60
+		want := solo(t, m, prompt, maxTokens, p)
+		a := admit(t, pre.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens, Sampling: p})
+
+		st, err := pre.e.Prefill(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, res, err := collect(context.Background(), st)
+		if err != nil || res.Err != nil || len(toks) != 0 || res.Handoff == nil {
+			t.Fatalf("prefill: tokens %v, result %+v, err %v", toks, res, err)
+		}
+		h := res.Handoff
+		if h.Tokens != len(prompt) || h.FirstToken != want[0] {
+			t.Fatalf("handoff covers %d tokens with first token %d; want %d and %d", h.Tokens, h.FirstToken, len(prompt), want[0])
+		}
+		seq, err := dec.pool.Alloc(kv.Owner{Tenant: "acme", Request: 99}, len(prompt)+maxTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := make([]float32, len(prompt)*c.KVDim())
+		v := make([]float32, len(k))
+		for l := 0; l < c.Layers; l++ {
+			if err := h.Lease.ReadTokens(l, 0, len(prompt), k, v); err != nil {
+				t.Fatal(err)
+			}
+			if err := seq.WriteTokens(l, 0, len(prompt), k, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := h.Lease.Release(); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := dec.e.SubmitPrefilled(context.Background(), a, seq, h.FirstToken)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, res, err := collect(context.Background(), ds)
+		if err != nil || res.Err != nil {
+			t.Fatalf("decode: %v %v", err, res.Err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("params %+v: disaggregated output differs from solo:\n got %v\nwant %v", p, got, want)
+		}
+		if res.Usage.PromptTokens != len(prompt) || res.Usage.CompletionTokens != len(want) {
+			t.Fatalf("usage %+v", res.Usage)
+		}
+	}
+	waitIdle(t, pre)
+	waitIdle(t, dec)
+	for name, h := range map[string]*harness{"prefill": pre, "decode": dec} {
+		if st := h.pool.Stats(); st.Free != 32 || st.Leases != 0 {
+			t.Errorf("%s pool after the requests: %+v", name, st)
+		}
+	}
+}
+
+// TestSubmitPrefilledRefusesShortKV: a sequence that does not hold the
+// whole prompt can never start decoding.
+func TestSubmitPrefilledRefusesShortKV(t *testing.T) {
+	m := stories(t)
+	dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	a := admit(t, dec.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: 10})
+	seq, err := dec.pool.Alloc(kv.Owner{Tenant: "acme", Request: 1}, len(prompt)+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the first token's KV arrived.
+	c := &m.Config
+	k := make([]float32, c.KVDim())
+	for l := 0; l < c.Layers; l++ {
+		if err := seq.WriteTokens(l, 0, 1, k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dec.e.SubmitPrefilled(context.Background(), a, seq, 5); err == nil {
+		t.Fatal("SubmitPrefilled accepted a sequence holding 1 of the prompt's tokens")
+	}
+	if st := dec.pool.Stats(); st.Free != 32 {
+		t.Fatalf("refused sequence was not freed: %+v", st)
+	}
+}
