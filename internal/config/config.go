@@ -78,7 +78,46 @@ type Config struct {
 	KV          KV          `yaml:"kv"`
 	PrefixCache PrefixCache `yaml:"prefix_cache"`
 	Tenants     []Tenant    `yaml:"tenants"`
+
+	// Peers configures disaggregated serving: how prefill, decode and
+	// router processes authenticate each other, and which peers a router
+	// uses. Ignored by serve.
+	Peers Peers `yaml:"peers"`
 }
+
+// Peers is the disaggregated deployment: peer authentication, the
+// router's peer lists and the KV transfer's limits.
+type Peers struct {
+	// Auth is how peers prove who they are: "mtls" (mutual TLS with the
+	// operator's CA; the default when ca is set) or "psk" (a pre-shared
+	// key; the KV stream is then authenticated but not encrypted).
+	Auth string `yaml:"auth"`
+	// CA, Cert and Key are PEM files for mtls: the CA that signs every
+	// peer, and this process's certificate and key.
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// PSKFile holds the pre-shared key for psk (at least 32 bytes).
+	PSKFile string `yaml:"psk_file"`
+	// Prefill and Decode are the control addresses (host:port) of the
+	// peers a router may use. A router never sends to anyone else.
+	Prefill []string `yaml:"prefill"`
+	Decode  []string `yaml:"decode"`
+	// FrameBytes bounds one KV transfer frame (default 256 KiB); Window
+	// bounds the frames in flight per transfer (default 16).
+	FrameBytes int `yaml:"frame_bytes"`
+	Window     int `yaml:"window"`
+	// TransferTimeout bounds one whole transfer, reservation to
+	// acknowledgement, in seconds (default 30); a reservation whose
+	// transfer does not complete by then is freed.
+	TransferTimeout int `yaml:"transfer_timeout_s"`
+}
+
+// Peer auth modes.
+const (
+	PeerAuthMTLS = "mtls"
+	PeerAuthPSK  = "psk"
+)
 
 // KV sizes the paged KV pool.
 type KV struct {
@@ -161,6 +200,18 @@ func (c *Config) applyDefaults() {
 	}
 	if c.KV.PageSize == 0 {
 		c.KV.PageSize = DefaultPageSize
+	}
+	if c.Peers.FrameBytes == 0 {
+		c.Peers.FrameBytes = 256 << 10
+	}
+	if c.Peers.Window == 0 {
+		c.Peers.Window = 16
+	}
+	if c.Peers.TransferTimeout == 0 {
+		c.Peers.TransferTimeout = 30
+	}
+	if c.Peers.Auth == "" && c.Peers.CA != "" {
+		c.Peers.Auth = PeerAuthMTLS
 	}
 	if c.KV.Scrub == "" {
 		c.KV.Scrub = ScrubZero

@@ -91,6 +91,28 @@ func (c *Config) validateScalars(v *validator) {
 	if !slices.Contains(logLevels, c.LogLevel) {
 		v.fail("log_level", "is %q; want one of %s", c.LogLevel, strings.Join(logLevels, ", "))
 	}
+	switch c.Peers.Auth {
+	case "":
+	case PeerAuthMTLS:
+		if c.Peers.CA == "" || c.Peers.Cert == "" || c.Peers.Key == "" {
+			v.fail("peers.auth", "is mtls but peers.ca, peers.cert and peers.key are not all set")
+		}
+	case PeerAuthPSK:
+		if c.Peers.PSKFile == "" {
+			v.fail("peers.auth", "is psk but peers.psk_file is not set")
+		}
+	default:
+		v.fail("peers.auth", "is %q; want mtls or psk", c.Peers.Auth)
+	}
+	if c.Peers.FrameBytes < 4096 || c.Peers.FrameBytes > 16<<20 {
+		v.fail("peers.frame_bytes", "is %d; want 4096 to 16777216", c.Peers.FrameBytes)
+	}
+	if c.Peers.Window < 1 || c.Peers.Window > 1024 {
+		v.fail("peers.window", "is %d; want 1 to 1024", c.Peers.Window)
+	}
+	if c.Peers.TransferTimeout < 1 {
+		v.fail("peers.transfer_timeout_s", "is %d; want at least 1", c.Peers.TransferTimeout)
+	}
 	switch c.Auth {
 	case AuthNone:
 		if len(c.Tenants) > 0 {
