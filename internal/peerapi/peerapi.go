@@ -1,0 +1,171 @@
+// Package peerapi is the control protocol between a router and its
+// prefill and decode servers: paths, request and response bodies, and the
+// error encoding that carries an errkind.Error across a hop unchanged, so
+// the client gets the first real error with its original status.
+//
+// It owns the wire vocabulary only. It must never carry KV (that is the
+// transfer protocol's job, on its own authenticated connection) and never
+// let a client-supplied value become a transfer ID.
+package peerapi
+
+import (
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
+)
+
+// Protocol is the control protocol version; peers with different versions
+// refuse each other at handshake.
+const Protocol = 1
+
+// Paths served by prefill and decode servers. Every request must carry the
+// peer credentials (mutual TLS, or the pre-shared key as a bearer token).
+const (
+	PathInfo     = "/peer/v1/info"     // GET: Info
+	PathPrefill  = "/peer/v1/prefill"  // POST PrefillRequest -> PrefillResult (prefill servers)
+	PathGenerate = "/peer/v1/generate" // POST GenerateRequest -> NDJSON stream of Event (decode servers)
+	PathCancel   = "/peer/v1/cancel"   // POST CancelRequest -> CancelResult (both)
+)
+
+// Info is what a peer says about itself at handshake and on health checks.
+type Info struct {
+	Role     string `json:"role"` // "prefill" or "decode"
+	Protocol int    `json:"protocol"`
+	Model    string `json:"model"`
+	// Fingerprint is model.Model.Fingerprint(): KV from one model is
+	// garbage to another, so a pair whose fingerprints differ is refused.
+	Fingerprint string `json:"fingerprint"`
+	Layers      int    `json:"layers"`
+	KVDim       int    `json:"kv_dim"`
+	PageSize    int    `json:"page_size"`
+	// Limits are this peer's own admission limits; a pair's effective
+	// limits are the minimum of both (engine.Limits.Min).
+	Limits engine.Limits `json:"limits"`
+	// KVAddr is where a decode server accepts KV transfer connections.
+	KVAddr string `json:"kv_addr,omitempty"`
+	// Load is the peer's current load, for least-loaded pairing.
+	Load Load `json:"load"`
+}
+
+// Load is a peer's current work.
+type Load struct {
+	Running   int `json:"running"`
+	Queued    int `json:"queued"`
+	FreePages int `json:"free_pages"`
+	Transfers int `json:"transfers"` // KV transfers in progress
+}
+
+// Sampling mirrors sample.Params on the wire.
+type Sampling struct {
+	Temperature float32 `json:"temperature"`
+	TopK        int     `json:"top_k"`
+	TopP        float32 `json:"top_p"`
+	Seed        uint64  `json:"seed"`
+}
+
+// Params converts to sample.Params.
+func (s Sampling) Params() sample.Params {
+	return sample.Params{Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, Seed: s.Seed}
+}
+
+// FromParams converts from sample.Params.
+func FromParams(p sample.Params) Sampling {
+	return Sampling{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, Seed: p.Seed}
+}
+
+// GenerateRequest asks a decode server to reserve KV pages for exactly
+// len(Prompt)+MaxTokens tokens under transfer ID (a hex 128-bit random id
+// the router generated), wait for the prefill server's KV transfer to
+// complete and verify, then decode. The response is a stream of Events,
+// one JSON object per line; closing the connection cancels the request.
+type GenerateRequest struct {
+	ID        string   `json:"id"`
+	Tenant    string   `json:"tenant"`
+	Prompt    []int    `json:"prompt"`
+	MaxTokens int      `json:"max_tokens"`
+	Sampling  Sampling `json:"sampling"`
+}
+
+// PrefillRequest asks a prefill server to run its own admission, compute
+// the prompt's KV and first token, and transfer them to the decode server
+// listening at DecodeKVAddr under ID. It answers once the decode server
+// acknowledged (or the transfer failed).
+type PrefillRequest struct {
+	ID           string   `json:"id"`
+	Tenant       string   `json:"tenant"`
+	Prompt       []int    `json:"prompt"`
+	MaxTokens    int      `json:"max_tokens"`
+	Sampling     Sampling `json:"sampling"`
+	DecodeKVAddr string   `json:"decode_kv_addr"`
+}
+
+// PrefillResult is the prefill server's answer.
+type PrefillResult struct {
+	OK         bool   `json:"ok"`
+	FirstToken int    `json:"first_token"`
+	BytesSent  int64  `json:"bytes_sent"`
+	Error      *Error `json:"error,omitempty"`
+}
+
+// CancelRequest cancels transfer ID wherever it stands. Cancels are
+// acknowledged, and idempotent: cancelling an unknown or finished id
+// answers Known=false.
+type CancelRequest struct {
+	ID string `json:"id"`
+}
+
+// CancelResult acknowledges a cancel.
+type CancelResult struct {
+	Known bool `json:"known"`
+}
+
+// Event types of a generate stream.
+const (
+	EventReserved = "reserved" // pages reserved; the prefill may start
+	EventReady    = "ready"    // KV verified; decoding started
+	EventTokens   = "tokens"   // generated tokens
+	EventDone     = "done"     // success: Finish and Usage set
+	EventError    = "error"    // failure: Error set (also for a refused reservation)
+)
+
+// Event is one line of a generate stream.
+type Event struct {
+	Type   string              `json:"type"`
+	Tokens []int               `json:"tokens,omitempty"`
+	Finish engine.FinishReason `json:"finish,omitempty"`
+	Usage  *engine.Usage       `json:"usage,omitempty"`
+	Error  *Error              `json:"error,omitempty"`
+}
+
+// Error is an errkind.Error on the wire.
+type Error struct {
+	Kind    string `json:"kind"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Param   string `json:"param,omitempty"`
+}
+
+// FromError encodes err (classified or not) for the wire. Only the
+// client-safe message travels.
+func FromError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	e := errkind.Of(err)
+	return &Error{Kind: e.Kind.String(), Code: e.Code, Message: e.Message, Param: e.Param}
+}
+
+// Err decodes the wire error back into an errkind.Error with the same
+// kind, so the router answers with the status the original failure had.
+func (e *Error) Err() *errkind.Error {
+	if e == nil {
+		return nil
+	}
+	k := errkind.Internal
+	for c := errkind.Internal; c <= errkind.NotFound; c++ {
+		if c.String() == e.Kind {
+			k = c
+		}
+	}
+	return &errkind.Error{Kind: k, Code: e.Code, Message: e.Message, Param: e.Param}
+}
