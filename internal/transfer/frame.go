@@ -438,6 +438,10 @@ func (d *decoder) rest() []byte {
 // PutFloats writes src as little-endian float32 bytes into dst, which must
 // hold 4*len(src) bytes.
 func PutFloats(dst []byte, src []float32) {
+	if nativeLittleEndian {
+		copy(dst, floatBytes(src)) // the wire format is the memory format
+		return
+	}
 	for i, x := range src {
 		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(x))
 	}
@@ -445,6 +449,10 @@ func PutFloats(dst []byte, src []float32) {
 
 // Floats decodes little-endian float32 bytes b into dst (len(b)/4 floats).
 func Floats(dst []float32, b []byte) {
+	if nativeLittleEndian {
+		copy(floatBytes(dst), b)
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}

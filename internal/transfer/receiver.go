@@ -282,8 +282,7 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	r.covered += cells
 	r.seqs[f.Seq] = key
 	r.writes[f.Seq] = true
-	data := make([]float32, len(f.Payload)/4)
-	Floats(data, f.Payload)
+	data := payloadFloats(f.Payload)
 	out = append(out, WriteKV{ID: r.res.ID, Seq: f.Seq, TokFrom: tf, TokTo: tt, LayerFrom: lf, LayerTo: lt, Data: data})
 	old := r.credit
 	for _, ok := r.seqs[r.credit]; ok; _, ok = r.seqs[r.credit] {

@@ -318,7 +318,14 @@ func (s *Sender) span(seq uint32) (tf, tt, lf, lt int) {
 func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	tf, tt, lf, lt := s.span(seq)
 	span := (tt - tf) * s.cfg.KVDim
-	data := make([]float32, 2*span*(lt-lf))
+	n := 2 * span * (lt - lf)
+	payload := make([]byte, 4*n)
+	data := make([]float32, 0)
+	if nativeLittleEndian {
+		data = bytesAsFloats(payload) // read the KV straight into the frame
+	} else {
+		data = make([]float32, n)
+	}
 	for i, l := 0, lf; l < lt; i, l = i+1, l+1 {
 		base := 2 * span * i
 		if err := s.cfg.Source.ReadTokens(l, tf, tt, data[base:base+span], data[base+span:base+2*span]); err != nil {
@@ -328,8 +335,9 @@ func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	if s.corrupt != nil {
 		s.corrupt(seq, data)
 	}
-	payload := make([]byte, 4*len(data))
-	PutFloats(payload, data)
+	if !nativeLittleEndian {
+		PutFloats(payload, data)
+	}
 	return &Frame{Type: TypeData, ID: s.cfg.ID, Seq: seq, TokFrom: uint32(tf), TokTo: uint32(tt),
 		LayerFrom: uint16(lf), LayerTo: uint16(lt), Payload: payload}, nil
 }

@@ -23,9 +23,10 @@ type tcpConn struct {
 	c    net.Conn
 	opts TCPOptions
 
-	wmu sync.Mutex
-	w   *bufio.Writer
-	r   *bufio.Reader
+	wmu  sync.Mutex
+	w    *bufio.Writer
+	r    *bufio.Reader
+	wbuf []byte // encode buffer reused by WriteFrame, under wmu
 
 	closeOnce sync.Once
 	closeErr  error
@@ -53,6 +54,16 @@ func (t *tcpConn) Write(frame []byte) error {
 	}
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	return t.writeLocked(frame)
+}
+
+func (t *tcpConn) write(frame []byte) error {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	return t.writeLocked(frame)
+}
+
+func (t *tcpConn) writeLocked(frame []byte) error {
 	if err := t.c.SetWriteDeadline(time.Now().Add(t.opts.WriteTimeout)); err != nil {
 		return fmt.Errorf("tcp transfer write: %w", err)
 	}
@@ -63,6 +74,21 @@ func (t *tcpConn) Write(frame []byte) error {
 		return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
 	}
 	return nil
+}
+
+// WriteFrame encodes f into the connection's reusable buffer and writes
+// it: the hot path of a transfer, without a frame-sized allocation per
+// frame.
+func (t *tcpConn) WriteFrame(f *Frame, maxBytes int) error {
+	t.wmu.Lock()
+	b, err := f.Encode(t.wbuf[:0], min(maxBytes, t.opts.MaxFrameBytes))
+	if err != nil {
+		t.wmu.Unlock()
+		return err
+	}
+	t.wbuf = b
+	t.wmu.Unlock()
+	return t.write(b)
 }
 
 func (t *tcpConn) Read() (*Frame, error) {

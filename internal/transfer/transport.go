@@ -27,6 +27,11 @@ var ErrClosed = errors.New("transfer connection closed")
 
 // Send encodes f within maxBytes and writes it to c.
 func Send(c Conn, f *Frame, maxBytes int) error {
+	if fw, ok := c.(interface {
+		WriteFrame(*Frame, int) error
+	}); ok {
+		return fw.WriteFrame(f, maxBytes)
+	}
 	b, err := f.Encode(nil, maxBytes)
 	if err != nil {
 		return err
