@@ -157,13 +157,30 @@ func (e *Engine) SubmitPrefilled(ctx context.Context, a Admitted, seq *kv.Seq, f
 		}
 		return nil, errkind.New(errkind.Integrity, "kv_incomplete", "the transferred KV does not cover the prompt")
 	}
-	return e.submit(ctx, a, func(r *request) {
+	// Nothing left to decode: the first token ended the text, or it was
+	// the only token asked for. Answer without a step.
+	if e.m.IsEnd(firstToken) || req.MaxTokens == 1 {
+		seq.Free()
+		st := NewStream()
+		res := Result{Finish: FinishStop, Usage: Usage{PromptTokens: len(req.Prompt)}}
+		if !e.m.IsEnd(firstToken) {
+			st.Push(firstToken)
+			res = Result{Finish: FinishLength, Usage: Usage{PromptTokens: len(req.Prompt), CompletionTokens: 1}}
+		}
+		st.Close(res)
+		return st, nil
+	}
+	st, err := e.submit(ctx, a, func(r *request) {
 		r.seq, r.fed = seq, len(r.tokens)
 		r.sampler.Skip(1)
 		r.tokens = append(r.tokens, firstToken)
 		r.stream.Push(firstToken)
 		r.logits = make([]float32, e.m.Config.Vocab)
 	})
+	if err != nil {
+		seq.Free() // refused before the engine took it (Free is idempotent)
+	}
+	return st, err
 }
 
 func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (*Stream, error) {
@@ -205,24 +222,31 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 	if setup != nil {
 		setup(r)
 	}
-	select {
-	case e.submitCh <- r:
-	default:
-		e.release(r.tenant)
-		if r.seq != nil {
-			r.seq.Free()
-		}
-		return nil, errkind.New(errkind.Overload, "server_overloaded", "the server's queue is full (%d requests waiting)", e.cfg.MaxQueued)
-	}
-	e.stats.queued.Add(1)
 	// A cancelled context becomes a cancel event for the step loop; the
-	// loop, not this goroutine, frees the request's pages.
+	// loop, not this goroutine, frees the request's pages. The hook is in
+	// place before the request is handed over, so the loop never sees a
+	// request whose hook is still being set; a cancel that overtakes the
+	// submission is handled by the loop skipping finished requests.
+	e.stats.queued.Add(1)
 	r.stopWatch = context.AfterFunc(ctx, func() {
 		select {
 		case e.cancelCh <- r:
 		case <-e.done:
 		}
 	})
+	select {
+	case e.submitCh <- r:
+	default:
+		if !r.stopWatch() {
+			return r.stream, nil // already cancelled: the loop ends the stream
+		}
+		e.stats.queued.Add(-1)
+		e.release(r.tenant)
+		if r.seq != nil {
+			r.seq.Free()
+		}
+		return nil, errkind.New(errkind.Overload, "server_overloaded", "the server's queue is full (%d requests waiting)", e.cfg.MaxQueued)
+	}
 	return r.stream, nil
 }
 
@@ -242,7 +266,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if e.sched.idle() {
 			select {
 			case r := <-e.submitCh:
-				e.sched.enqueue(r)
+				e.enqueue(r)
 			case r := <-e.cancelCh:
 				e.finish(r, Result{Err: errCancelled})
 				e.observe(0)
@@ -263,12 +287,19 @@ func (e *Engine) absorb() {
 	for {
 		select {
 		case r := <-e.submitCh:
-			e.sched.enqueue(r)
+			e.enqueue(r)
 		case r := <-e.cancelCh:
 			e.finish(r, Result{Err: errCancelled})
 		default:
 			return
 		}
+	}
+}
+
+// enqueue queues a submitted request, unless a cancel overtook it.
+func (e *Engine) enqueue(r *request) {
+	if !r.finished {
+		e.sched.enqueue(r)
 	}
 }
 
@@ -285,7 +316,7 @@ func (e *Engine) shutdown() {
 	for {
 		select {
 		case r := <-e.submitCh:
-			e.sched.enqueue(r)
+			e.enqueue(r)
 			continue
 		default:
 		}

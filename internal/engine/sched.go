@@ -20,14 +20,14 @@ type request struct {
 	tokens    []int
 	promptLen int
 	maxTokens int
-	fed       int     // leading tokens whose KV is in seq
-	cached    int     // prompt tokens served from the prefix cache
+	fed       int // leading tokens whose KV is in seq
+	cached    int // prompt tokens served from the prefix cache
 	// prefillOnly requests stop after the first sampled token and hand
 	// their KV over (Engine.Prefill) instead of freeing it.
 	prefillOnly bool
-	seq       *kv.Seq // nil while queued
-	running   bool
-	finished  bool
+	seq         *kv.Seq // nil while queued
+	running     bool
+	finished    bool
 
 	sampler   *sample.Sampler
 	stream    *Stream

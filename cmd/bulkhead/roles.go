@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/decodesrv"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/prefillsrv"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+func init() {
+	register("prefill", "run a prefill server of a disaggregated deployment (peer control API; KV sent to decode servers)", runPrefill)
+	register("decode", "run a decode server of a disaggregated deployment (peer control API and KV transfer listener)", runDecode)
+	register("certs", "make a private CA and a node certificate for local mutual-TLS peers", runCerts)
+}
+
+// roleSetup is what prefill and decode share: config, logger, peer
+// credentials and faults.
+func roleSetup(cfgPath, faults string) (*config.Config, *peerauth.Auth, transfer.FaultSpec, error) {
+	spec, err := transfer.ParseFaults(faults)
+	if err != nil {
+		return nil, nil, spec, usagef("--faults: %v", err)
+	}
+	cfg, err := loadConfig(cfgPath, "")
+	if err != nil {
+		return nil, nil, spec, err
+	}
+	auth, err := peerauth.Load(cfg.Peers)
+	if err != nil {
+		return nil, nil, spec, err
+	}
+	return cfg, auth, spec, nil
+}
+
+func runPrefill(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("prefill", stderr)
+	cfgPath := fs.String("config", "", "YAML configuration file; its peers section must set up peer authentication")
+	listen := fs.String("listen", "", "control API listen address (default: the config's listen)")
+	faults := fs.String("faults", "", "inject faults on the KV frames this server writes, e.g. drop=0.01,corrupt=0.001,kill=frame:12,seed=7 (testing only)")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, auth, spec, err := roleSetup(*cfgPath, *faults)
+	if err != nil {
+		return err
+	}
+	if *listen == "" {
+		*listen = cfg.Listen
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	srv, err := prefillsrv.New(cfg, log, prefillsrv.Options{Auth: auth, Faults: spec, Drain: *drain})
+	if err != nil {
+		return err
+	}
+	ln, err := auth.ListenHTTP("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	if spec != (transfer.FaultSpec{}) {
+		log.Warn("fault injection is on", "faults", spec.String())
+	}
+	fmt.Fprintf(stdout, "bulkhead: prefill control on %s\n", ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx, ln)
+}
+
+func runDecode(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("decode", stderr)
+	cfgPath := fs.String("config", "", "YAML configuration file; its peers section must set up peer authentication")
+	listen := fs.String("listen", "", "control API listen address (default: the config's listen)")
+	kvListen := fs.String("kv-listen", "127.0.0.1:0", "KV transfer listen address")
+	kvAdvertise := fs.String("kv-advertise", "", "KV address to tell the router (default: the bound --kv-listen address)")
+	faults := fs.String("faults", "", "inject faults on the KV frames this server writes, e.g. drop=0.01,corrupt=0.001,kill=frame:12,seed=7 (testing only)")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, auth, spec, err := roleSetup(*cfgPath, *faults)
+	if err != nil {
+		return err
+	}
+	if *listen == "" {
+		*listen = cfg.Listen
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	srv, err := decodesrv.New(cfg, log, decodesrv.Options{Auth: auth, Faults: spec, Drain: *drain, KVAdvertise: *kvAdvertise})
+	if err != nil {
+		return err
+	}
+	ln, err := auth.ListenHTTP("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	kln, err := auth.Listen("tcp", *kvListen)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if spec != (transfer.FaultSpec{}) {
+		log.Warn("fault injection is on", "faults", spec.String())
+	}
+	fmt.Fprintf(stdout, "bulkhead: decode control on %s kv on %s\n", ln.Addr(), kln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx, ln, kln)
+}
+
+func runCerts(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("certs", stderr)
+	out := fs.String("out", "", "directory to write ca.pem, ca-key.pem, node.pem and node-key.pem into (required)")
+	hosts := fs.String("hosts", "127.0.0.1,localhost", "comma-separated IP addresses and DNS names the node certificate is valid for")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return usagef("--out is required")
+	}
+	var hs []string
+	for _, h := range strings.Split(*hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hs = append(hs, h)
+		}
+	}
+	p, err := peerauth.MakeCerts(*out, hs)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "bulkhead: wrote a CA and a node certificate for %s (valid one year) to %s\n", strings.Join(hs, ", "), *out)
+	fmt.Fprintf(stdout, "peers:\n  auth: mtls\n  ca: %s\n  cert: %s\n  key: %s\n", p.CA, p.Cert, p.Key)
+	return nil
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+)
+
+func TestCertsCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	var out, errb bytes.Buffer
+	if code := run([]string{"certs", "--out", dir, "--hosts", "127.0.0.1,localhost"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	p := config.Peers{Auth: config.PeerAuthMTLS, CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem")}
+	if _, err := peerauth.Load(p); err != nil {
+		t.Fatalf("the certificates do not load: %v", err)
+	}
+	if st, err := os.Stat(p.Key); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("node key mode: %v %v", st.Mode(), err)
+	}
+	if !strings.Contains(out.String(), "auth: mtls") {
+		t.Errorf("output: %s", out.String())
+	}
+	if code := run([]string{"certs"}, &out, &errb); code != 2 {
+		t.Errorf("certs without --out: exit %d", code)
+	}
+}
+
+// TestRolesRefuseWithoutPeerAuth: a prefill or decode server never runs
+// unauthenticated.
+func TestRolesRefuseWithoutPeerAuth(t *testing.T) {
+	for _, role := range []string{"prefill", "decode"} {
+		var out, errb bytes.Buffer
+		code := run([]string{role, "--listen", "127.0.0.1:0"}, &out, &errb)
+		if code != 1 || !strings.Contains(errb.String(), "peers.auth is not set") || out.Len() != 0 {
+			t.Errorf("%s without peer auth: exit %d, stdout %q, stderr %q", role, code, out.String(), errb.String())
+		}
+		if code := run([]string{role, "--faults", "explode=1"}, &out, &errb); code != 2 {
+			t.Errorf("%s with a bad --faults: exit %d", role, code)
+		}
+	}
+}

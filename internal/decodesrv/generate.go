@@ -1,0 +1,273 @@
+package decodesrv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+// requestTag marks the kv.Owner request numbers of reservations, so they
+// can never equal an engine request number on the same pool.
+const requestTag = 1 << 63
+
+var errCancelled = errkind.New(errkind.Unavailable, transfer.CodeCancelled, "the router cancelled the request")
+
+// eventWriter writes NDJSON events, flushing each one, and remembers the
+// first write failure (the router went away).
+type eventWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	err error
+}
+
+func (e *eventWriter) send(ev peerapi.Event) error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.err = json.NewEncoder(e.w).Encode(ev); e.err == nil {
+		e.err = e.rc.Flush()
+	}
+	return e.err
+}
+
+func (e *eventWriter) fail(err error) {
+	e.send(peerapi.Event{Type: peerapi.EventError, Error: peerapi.FromError(err)})
+}
+
+// handleGenerate reserves pages, waits for the verified KV, then decodes.
+// Every answer is a 200 NDJSON stream; a failure at any point is an error
+// event carrying the original error. The router closing the connection
+// cancels the request wherever it stands.
+func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	ev := &eventWriter{w: w, rc: http.NewResponseController(w)}
+	var req peerapi.GenerateRequest
+	if err := readJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		ev.fail(err)
+		return
+	}
+	id, a, err := s.admit(req)
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	n, maxNew := len(req.Prompt), req.MaxTokens
+
+	// The engine request's context: the router's connection, or an
+	// explicit cancel.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	rs, err := s.reserve(id, req.Tenant, n, maxNew)
+	if err != nil {
+		ev.fail(err)
+		return
+	}
+	s.mu.Lock()
+	s.active[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+	}()
+	if ev.send(peerapi.Event{Type: peerapi.EventReserved}) != nil {
+		cancel()
+	}
+
+	var out outcome
+	select {
+	case out = <-rs.outcome:
+	case <-ctx.Done():
+		// An explicit, acknowledged cancel: the Table aborts the stream
+		// (never mid-frame) and frees the pages once writes drained.
+		s.call(func() {
+			s.step(transfer.Cancel{ID: id, Reason: errCancelled})
+		})
+		select {
+		case out = <-rs.outcome:
+			if out.ready {
+				rs.seq.Free() // verified just before the cancel: ours to free
+			}
+		default:
+		}
+		ev.fail(errCancelled) // heard only if the router asked by POST cancel
+		return
+	}
+	if !out.ready {
+		ev.fail(out.err)
+		return
+	}
+	seq := rs.seq
+	if out.tokens != n {
+		// The Table already checked this; a second look costs nothing.
+		seq.Free()
+		ev.fail(errkind.New(errkind.Integrity, transfer.CodeCount, "kv transfer verified %d tokens for a %d-token prompt", out.tokens, n))
+		return
+	}
+	first := int(out.first)
+	if first < 0 || first >= s.Model.Config.Vocab {
+		seq.Free()
+		ev.fail(errkind.New(errkind.Integrity, "transfer_bad_first_token", "kv transfer carried first token %d outside the vocabulary", first))
+		return
+	}
+	// The engine emits a prefilled request's first token unconditionally
+	// and then decodes at least once more, so the two cases where the
+	// first token is also the last are finished here.
+	switch {
+	case s.Model.IsEnd(first):
+		seq.Free()
+		ev.send(peerapi.Event{Type: peerapi.EventReady})
+		ev.send(peerapi.Event{Type: peerapi.EventDone, Finish: engine.FinishStop, Usage: &engine.Usage{PromptTokens: n}})
+		return
+	case maxNew == 1:
+		seq.Free()
+		ev.send(peerapi.Event{Type: peerapi.EventReady})
+		ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: []int{first}})
+		ev.send(peerapi.Event{Type: peerapi.EventDone, Finish: engine.FinishLength, Usage: &engine.Usage{PromptTokens: n, CompletionTokens: 1}})
+		return
+	}
+	st, err := s.Engine.SubmitPrefilled(ctx, a, seq, first)
+	if err != nil {
+		seq.Free() // idempotent: some refusals free it already, some do not
+		ev.fail(err)
+		return
+	}
+	if ev.send(peerapi.Event{Type: peerapi.EventReady}) != nil {
+		return // the deferred cancel stops the engine request
+	}
+	for {
+		toks, res, err := st.Next(ctx)
+		if err != nil {
+			ev.fail(errCancelled) // ctx cancels the engine request
+			return
+		}
+		if len(toks) > 0 && ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: toks}) != nil {
+			return
+		}
+		if res != nil {
+			if res.Err != nil {
+				ev.fail(res.Err)
+			} else {
+				u := res.Usage
+				ev.send(peerapi.Event{Type: peerapi.EventDone, Finish: res.Finish, Usage: &u})
+			}
+			return
+		}
+	}
+}
+
+// admit checks a generate request against this server's own limits
+// before anything is reserved.
+func (s *Server) admit(req peerapi.GenerateRequest) (transfer.ID, engine.Admitted, error) {
+	id, err := transfer.ParseID(req.ID)
+	if err != nil {
+		return id, engine.Admitted{}, errkind.Wrap(errkind.BadInput, transfer.CodeProtocol, err, "the transfer id is not 32 hex digits")
+	}
+	if id.IsZero() {
+		return id, engine.Admitted{}, errkind.New(errkind.BadInput, transfer.CodeProtocol, "the transfer id is zero")
+	}
+	if req.Tenant == "" || len(req.Tenant) > transfer.MaxString {
+		return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_tenant", "the tenant name is empty or longer than %d bytes", transfer.MaxString)
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || t >= s.Model.Config.Vocab {
+			return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_prompt", "prompt token %d is %d, outside the vocabulary of %d", i, t, s.Model.Config.Vocab)
+		}
+	}
+	a, rej := engine.Admit(engine.Request{Tenant: req.Tenant, Prompt: req.Prompt, MaxTokens: req.MaxTokens, Sampling: req.Sampling.Params()}, s.limits)
+	if rej != nil {
+		return id, a, rej
+	}
+	if lim, ok := s.Pool.Config().TenantPages[req.Tenant]; ok {
+		ps := s.cfg.KV.PageSize
+		if need := (len(req.Prompt) + req.MaxTokens + ps - 1) / ps; need > lim {
+			e := errkind.New(errkind.BadInput, "context_length_exceeded",
+				"prompt has %d tokens and max_tokens is %d, %d in all; this tenant may hold at most %d KV pages (%d tokens)",
+				len(req.Prompt), req.MaxTokens, len(req.Prompt)+req.MaxTokens, lim, lim*ps)
+			e.Param = "max_tokens"
+			return id, engine.Admitted{}, e
+		}
+	}
+	return id, a, nil
+}
+
+// reserve allocates the whole sequence for n+maxNew tokens (all or
+// nothing) and registers the reservation with the Table, on the loop.
+func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int) (*reservation, error) {
+	var rs *reservation
+	var rerr error
+	ok := s.call(func() {
+		if err := s.table.Check(id); err != nil {
+			rerr = err
+			return
+		}
+		seq, err := s.Pool.Alloc(kv.Owner{Tenant: tenant, Request: requestTag | s.nextReq.Add(1)}, n+maxNew)
+		if err != nil {
+			rerr = poolError(err)
+			return
+		}
+		timeout := s.cfg.Peers.TransferTimeout
+		if timeout <= 0 {
+			timeout = 30
+		}
+		err = s.table.Reserve(transfer.Reservation{
+			ID: id, Tenant: tenant, Tokens: n, MaxNew: maxNew, Layers: s.layers, KVDim: s.kvDim,
+			Deadline: s.now() + secs(timeout), Window: s.cfg.Peers.Window, MaxFrameBytes: s.cfg.Peers.FrameBytes,
+		})
+		if err != nil {
+			seq.Free()
+			rerr = err
+			return
+		}
+		rs = &reservation{seq: seq, outcome: make(chan outcome, 1)}
+		s.res[id] = rs
+		s.live.Store(int64(s.table.Live()))
+		s.tm.started.Inc()
+	})
+	if !ok {
+		return nil, errkind.New(errkind.Overload, "shutting_down", "the decode server is shutting down")
+	}
+	return rs, rerr
+}
+
+// poolError classifies a failed allocation. No room is a load condition:
+// the request fails (the router may retry elsewhere), never a partial
+// reservation.
+func poolError(err error) error {
+	switch {
+	case errors.Is(err, kv.ErrPoolFull):
+		return errkind.Wrap(errkind.Overload, "kv_pool_full", err, "the decode server's KV pool has no room for this request now")
+	case errors.Is(err, kv.ErrQuota):
+		return errkind.Wrap(errkind.Quota, "kv_quota_exceeded", err, "this tenant holds its whole KV page quota on the decode server")
+	}
+	return errkind.Wrap(errkind.Internal, "internal_error", err, "could not reserve KV pages")
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	if err := dec.Decode(v); err != nil {
+		return errkind.Wrap(errkind.BadInput, "invalid_request", err, fmt.Sprintf("the request body is not valid JSON for %s: %v", r.URL.Path, err))
+	}
+	return nil
+}
+
+func secs(n int) time.Duration { return time.Duration(n) * time.Second }
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}

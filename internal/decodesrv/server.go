@@ -1,0 +1,271 @@
+package decodesrv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/metrics"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options tune a decode server beyond its configuration.
+type Options struct {
+	// Auth overrides the credentials of cfg.Peers (tests).
+	Auth *peerauth.Auth
+	// Faults are injected on every frame the KV connections write
+	// (--faults); the zero spec injects nothing.
+	Faults transfer.FaultSpec
+	// Drain is how long in-flight requests may take to finish on shutdown
+	// (default 30s).
+	Drain time.Duration
+	// KVAdvertise is the KV address Info reports; empty: the address the
+	// KV listener is bound to.
+	KVAdvertise string
+	// TickEvery paces the Table's clock (lease deadlines); default 50ms.
+	TickEvery time.Duration
+}
+
+// Server is an assembled decode server.
+type Server struct {
+	Model   *model.Model
+	Pool    *kv.Pool
+	Engine  *engine.Engine
+	Metrics *metrics.Metrics
+
+	cfg     *config.Config
+	log     *slog.Logger
+	opts    Options
+	auth    *peerauth.Auth
+	limits  engine.Limits
+	threads *kernels.Pool
+	tm      *transferMetrics
+	ready   atomic.Bool
+	kvAddr  atomic.Value // string
+
+	layers, kvDim int
+	start         time.Time
+
+	// The loop's state: touched only on the loop goroutine.
+	table *transfer.Table
+	res   map[transfer.ID]*reservation
+	conns map[uint64]*kvConn
+
+	cmds     chan func()
+	loopDone chan struct{}
+	kvWG     sync.WaitGroup
+	nextPeer atomic.Uint64
+	nextReq  atomic.Uint64
+	live     atomic.Int64 // table.Live(), for Info and metrics
+
+	mu     sync.Mutex
+	active map[transfer.ID]context.CancelFunc // generate requests in progress
+}
+
+// New loads the model, runs preflight and builds the pool and engine.
+// It refuses to build without peer authentication. Nothing listens until
+// Run.
+func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	auth := opts.Auth
+	if auth == nil {
+		var err error
+		if auth, err = peerauth.Load(cfg.Peers); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Drain <= 0 {
+		opts.Drain = 30 * time.Second
+	}
+	if opts.TickEvery <= 0 {
+		opts.TickEvery = 50 * time.Millisecond
+	}
+	m, lim, err := loadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		Model: m, Metrics: metrics.New(), cfg: cfg, log: log, opts: opts, auth: auth, limits: lim,
+		layers: m.Config.Layers, kvDim: m.Config.KVDim(), start: time.Now(),
+		table: transfer.NewTable(transfer.TableConfig{}), res: map[transfer.ID]*reservation{}, conns: map[uint64]*kvConn{},
+		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]context.CancelFunc{},
+	}
+	s.kvAddr.Store("")
+	if s.Pool, err = buildPool(cfg, m, s.Metrics); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if s.Engine, s.threads, err = buildEngine(cfg, m, s.Pool, s.Metrics, lim); err != nil {
+		m.Close()
+		return nil, err
+	}
+	s.tm = newTransferMetrics(s.Metrics, "KV transfers received and verified (Ready).",
+		"kv_transfer_bytes_received_total", "Bytes of KV transfer frames received.")
+	s.Metrics.Registry.MustRegister(gaugeFunc("kv_reservations", "Live KV reservations (reserved, receiving or verifying).",
+		func() float64 { return float64(s.live.Load()) }))
+	log.Info("decode server built", "model", m.Name, "limits", fmt.Sprintf("%+v", lim), "peer_auth", auth.Mode())
+	return s, nil
+}
+
+// Limits are this server's own admission limits.
+func (s *Server) Limits() engine.Limits { return s.limits }
+
+// Run serves the control API on controlLn and KV streams on kvLn until ctx
+// ends, then shuts down gracefully: it stops accepting, cancels every
+// reservation still waiting for its KV, lets decoding requests finish for
+// up to Options.Drain, and frees everything. Both listeners should come
+// from the server's peerauth (ListenHTTP and Listen).
+func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
+	addr := s.opts.KVAdvertise
+	if addr == "" {
+		addr = kvLn.Addr().String()
+	}
+	s.kvAddr.Store(addr)
+
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- s.Engine.Run(engineCtx) }()
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	go s.loop(loopCtx)
+	gaugeCtx, stopGauges := context.WithCancel(context.Background())
+	gaugesDone := make(chan struct{})
+	go func() { defer close(gaugesDone); updateGauges(gaugeCtx, s.Pool, s.Metrics) }()
+	acceptDone := make(chan struct{})
+	go func() { defer close(acceptDone); s.acceptKV(loopCtx, kvLn) }()
+
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(controlLn) }()
+	s.ready.Store(true)
+	s.log.Info("decode serving", "control", controlLn.Addr().String(), "kv", addr)
+
+	var err error
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+	s.ready.Store(false)
+	kvLn.Close()
+	<-acceptDone
+	// Reservations still waiting for KV will not get it now: fail them, so
+	// their generate requests answer at once and their pages are freed.
+	s.call(func() {
+		for id := range s.res {
+			s.step(transfer.Cancel{ID: id, Reason: errkind.New(errkind.Unavailable, "shutting_down", "the decode server is shutting down")})
+		}
+	})
+	if err == nil {
+		sctx, cancel := context.WithTimeout(context.Background(), s.opts.Drain)
+		err = srv.Shutdown(sctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			stopEngine() // fails what is left with a clean error
+			srv.Close()
+			err = nil
+		}
+		<-served
+	}
+	s.call(func() {
+		for _, c := range s.conns {
+			c.close()
+		}
+	})
+	s.kvWG.Wait()
+	stopLoop()
+	<-s.loopDone
+	for id, r := range s.res { // the loop is gone: its state is ours
+		r.seq.Free()
+		delete(s.res, id)
+	}
+	stopEngine()
+	<-engineDone
+	stopGauges()
+	<-gaugesDone
+	s.threads.Close()
+	s.Model.Close()
+	return err
+}
+
+// Handler is the control API: the peer endpoints behind peer
+// authentication, and /health, /ready and /metrics without it (they show
+// counts and pool state, nothing a tenant sent).
+func (s *Server) Handler() http.Handler {
+	peer := http.NewServeMux()
+	peer.HandleFunc("GET "+peerapi.PathInfo, s.handleInfo)
+	peer.HandleFunc("POST "+peerapi.PathGenerate, s.handleGenerate)
+	peer.HandleFunc("POST "+peerapi.PathCancel, s.handleCancel)
+	mux := http.NewServeMux()
+	mux.Handle("/peer/", s.auth.HTTPHandler(peer))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", s.Metrics.Handler())
+	return mux
+}
+
+// Info describes this server for the router's handshake and health checks.
+func (s *Server) Info() peerapi.Info {
+	st := s.Engine.Stats()
+	return peerapi.Info{
+		Role: "decode", Protocol: peerapi.Protocol, Model: s.Model.Name, Fingerprint: s.Model.Fingerprint(),
+		Layers: s.layers, KVDim: s.kvDim, PageSize: s.cfg.KV.PageSize, Limits: s.limits,
+		KVAddr: s.kvAddr.Load().(string),
+		Load:   peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.live.Load())},
+	}
+}
+
+func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Info())
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	var req peerapi.CancelRequest
+	if err := readJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": peerapi.FromError(err)})
+		return
+	}
+	id, err := transfer.ParseID(req.ID)
+	if err != nil {
+		writeJSON(w, http.StatusOK, peerapi.CancelResult{Known: false})
+		return
+	}
+	known := false
+	s.call(func() {
+		known = s.table.Receiver(id) != nil
+		s.step(transfer.Cancel{ID: id, Reason: errCancelled})
+	})
+	s.mu.Lock()
+	if cancel, ok := s.active[id]; ok {
+		known = true
+		cancel()
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, peerapi.CancelResult{Known: known})
+}
+
+func gaugeFunc(name, help string, f func() float64) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: name, Help: help}, f)
+}

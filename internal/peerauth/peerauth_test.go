@@ -1,0 +1,225 @@
+package peerauth
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+)
+
+func mtls(t *testing.T) (*Auth, config.Peers) {
+	t.Helper()
+	p, err := MakeCerts(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, p
+}
+
+func psk(t *testing.T, key string) *Auth {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "psk")
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Load(config.Peers{Auth: config.PeerAuthPSK, PSKFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// echo serves one connection of ln: it writes back what it reads, and
+// reports the server side's error (nil for a clean exchange).
+func echo(ln net.Listener) <-chan error {
+	res := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			res <- err
+			return
+		}
+		defer c.Close()
+		if err := Handshake(context.Background(), c); err != nil {
+			res <- err
+			return
+		}
+		b := make([]byte, 5)
+		if _, err := io.ReadFull(c, b); err != nil {
+			res <- err
+			return
+		}
+		_, err = c.Write(b)
+		res <- err
+	}()
+	return res
+}
+
+// stream dials server's listener as client and checks an echo; it
+// returns the dial error and the server's error.
+func stream(t *testing.T, server, client *Auth) (dialErr, serverErr error) {
+	t.Helper()
+	ln, err := server.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	res := echo(ln)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, ln.Addr().String())
+	if err == nil {
+		defer c.Close()
+		if _, err := c.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 5)
+		if _, err := io.ReadFull(c, b); err != nil || string(b) != "hello" {
+			// Under TLS 1.3 a client learns of its rejection on first read.
+			return err, <-res
+		}
+	}
+	return err, <-res
+}
+
+func TestStreamMTLS(t *testing.T) {
+	a, p := mtls(t)
+	// A second node certificate from the same CA is a good peer: re-use
+	// the same files (they hold both auth usages).
+	b, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, s := stream(t, a, b); d != nil || s != nil {
+		t.Fatalf("same CA refused: dial %v, server %v", d, s)
+	}
+	other, _ := mtls(t) // another CA
+	if d, s := stream(t, a, other); d == nil && s == nil {
+		t.Fatal("a peer with a certificate from another CA was accepted")
+	} else if s == nil {
+		t.Errorf("server accepted the foreign client (client saw %v)", d)
+	}
+	if d, s := stream(t, other, a); d == nil {
+		t.Fatalf("client accepted a server from another CA (server %v)", s)
+	}
+}
+
+func TestStreamPSK(t *testing.T) {
+	key := strings.Repeat("k", 40)
+	a, b := psk(t, key), psk(t, key)
+	if d, s := stream(t, a, b); d != nil || s != nil {
+		t.Fatalf("same key refused: dial %v, server %v", d, s)
+	}
+	wrong := psk(t, strings.Repeat("x", 40))
+	d, s := stream(t, a, wrong)
+	if d == nil || s == nil || !errors.Is(d, ErrAuth) || !errors.Is(s, ErrAuth) {
+		t.Fatalf("wrong key: dial %v, server %v; want both refused", d, s)
+	}
+	if !strings.Contains(d.Error(), "does not hold this pre-shared key") {
+		t.Errorf("unclear error: %v", d)
+	}
+	// A peer that connects and never speaks is cut off by the deadline.
+	handshakeTimeout = 300 * time.Millisecond
+	defer func() { handshakeTimeout = HandshakeTimeout }()
+	ln, _ := a.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	res := echo(ln)
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	select {
+	case err := <-res:
+		if err == nil {
+			t.Fatal("silent peer passed the handshake")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("silent peer held the handshake past its deadline")
+	}
+}
+
+func TestShortPSKAndUnset(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "psk")
+	os.WriteFile(path, []byte("short"), 0o600)
+	if _, err := Load(config.Peers{Auth: config.PeerAuthPSK, PSKFile: path}); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("short key: %v", err)
+	}
+	if _, err := Load(config.Peers{}); !errors.Is(err, ErrNotConfigured) {
+		t.Errorf("unset auth: %v", err)
+	}
+	if _, err := Load(config.Peers{Auth: "bogus"}); err == nil {
+		t.Error("unknown mode accepted")
+	}
+}
+
+func httpStatus(t *testing.T, server, client *Auth, withClient bool) int {
+	t.Helper()
+	ln, err := server.ListenHTTP("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: server.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))}
+	go srv.Serve(ln)
+	defer srv.Close()
+	hc := client.HTTPClient()
+	if !withClient {
+		// Trust the server but present nothing.
+		tr := &http.Transport{TLSClientConfig: client.ClientTLS()}
+		if tr.TLSClientConfig != nil {
+			tr.TLSClientConfig.Certificates = nil
+		}
+		hc = &http.Client{Transport: tr}
+	}
+	resp, err := hc.Get(server.URL(ln.Addr().String(), "/peer/v1/info"))
+	if err != nil {
+		return -1
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestHTTP(t *testing.T) {
+	a, p := mtls(t)
+	b, _ := Load(p)
+	other, _ := mtls(t)
+	if got := httpStatus(t, a, b, true); got != 200 {
+		t.Errorf("mtls good peer: %d", got)
+	}
+	if got := httpStatus(t, a, b, false); got != 401 {
+		t.Errorf("mtls without a client certificate: %d, want 401", got)
+	}
+	if got := httpStatus(t, a, other, true); got == 200 {
+		t.Errorf("mtls peer of another CA: %d", got)
+	}
+	k := psk(t, strings.Repeat("k", 40))
+	if got := httpStatus(t, k, psk(t, strings.Repeat("k", 40)), true); got != 200 {
+		t.Errorf("psk good peer: %d", got)
+	}
+	if got := httpStatus(t, k, psk(t, strings.Repeat("j", 40)), true); got != 401 {
+		t.Errorf("psk wrong key: %d, want 401", got)
+	}
+	if got := httpStatus(t, k, k, false); got != 401 {
+		t.Errorf("psk no key: %d, want 401", got)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 39))
+	k.HTTPHandler(http.NotFoundHandler()).ServeHTTP(rec, req)
+	if rec.Code != 401 {
+		t.Errorf("psk prefix of the key: %d", rec.Code)
+	}
+}

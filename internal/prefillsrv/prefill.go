@@ -1,0 +1,268 @@
+package prefillsrv
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+var errCancelled = errkind.New(errkind.Unavailable, transfer.CodeCancelled, "the router cancelled the request")
+
+// handlePrefill admits, prefills and transfers. The answer is always a
+// PrefillResult: status 200 once the request was understood (OK, or Error
+// with the original failure), 400 with Error for a body that is not one.
+func (s *Server) handlePrefill(w http.ResponseWriter, r *http.Request) {
+	var req peerapi.PrefillRequest
+	if err := readJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, peerapi.PrefillResult{Error: peerapi.FromError(err)})
+		return
+	}
+	res := s.prefill(r.Context(), req)
+	writeJSON(w, http.StatusOK, res)
+}
+
+func fail(err error, sent int64) peerapi.PrefillResult {
+	return peerapi.PrefillResult{Error: peerapi.FromError(err), BytesSent: sent}
+}
+
+func (s *Server) prefill(ctx context.Context, req peerapi.PrefillRequest) peerapi.PrefillResult {
+	id, a, err := s.admit(req)
+	if err != nil {
+		return fail(err, 0) // nothing computed, nothing sent
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.mu.Lock()
+	if _, dup := s.active[id]; dup {
+		s.mu.Unlock()
+		return fail(errkind.Wrap(errkind.BadInput, transfer.CodeReplayed, transfer.ErrReplayed, "kv transfer: this transfer id is already being prefilled"), 0)
+	}
+	s.active[id] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.active, id)
+		s.mu.Unlock()
+	}()
+
+	st, err := s.Engine.Prefill(ctx, a)
+	if err != nil {
+		return fail(err, 0)
+	}
+	res := await(ctx, st)
+	if res == nil {
+		return fail(errCancelled, 0)
+	}
+	if res.Err != nil {
+		return fail(res.Err, 0)
+	}
+	h := res.Handoff
+	if h == nil || h.Tokens != len(req.Prompt) {
+		if h != nil {
+			h.Lease.Release()
+		}
+		return fail(errkind.New(errkind.Internal, "internal_error", "prefill produced no KV handoff for the whole prompt"), 0)
+	}
+	return s.send(ctx, id, req, h)
+}
+
+// await waits for a prefill stream's result. If ctx ends first the engine
+// cancels the request, but it may have finished just before: the stream
+// is drained anyway, and a handoff that nobody will send is released, so
+// a hang-up can never strand a lease. nil means cancelled.
+func await(ctx context.Context, st *engine.Stream) *engine.Result {
+	for {
+		_, res, err := st.Next(ctx)
+		if err == nil && res != nil {
+			return res
+		}
+		if err != nil {
+			for {
+				_, res, _ := st.Next(context.Background())
+				if res != nil {
+					if res.Handoff != nil {
+						res.Handoff.Lease.Release()
+					}
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// admit checks a prefill request against this server's own limits before
+// anything is computed or sent.
+func (s *Server) admit(req peerapi.PrefillRequest) (transfer.ID, engine.Admitted, error) {
+	id, err := transfer.ParseID(req.ID)
+	if err != nil {
+		return id, engine.Admitted{}, errkind.Wrap(errkind.BadInput, transfer.CodeProtocol, err, "the transfer id is not 32 hex digits")
+	}
+	if id.IsZero() {
+		return id, engine.Admitted{}, errkind.New(errkind.BadInput, transfer.CodeProtocol, "the transfer id is zero")
+	}
+	if req.Tenant == "" || len(req.Tenant) > transfer.MaxString {
+		return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_tenant", "the tenant name is empty or longer than %d bytes", transfer.MaxString)
+	}
+	if req.DecodeKVAddr == "" {
+		return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_request", "decode_kv_addr is empty")
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || t >= s.Model.Config.Vocab {
+			return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_prompt", "prompt token %d is %d, outside the vocabulary of %d", i, t, s.Model.Config.Vocab)
+		}
+	}
+	a, rej := engine.Admit(engine.Request{Tenant: req.Tenant, Prompt: req.Prompt, MaxTokens: req.MaxTokens, Sampling: req.Sampling.Params()}, s.limits)
+	if rej != nil {
+		return id, a, rej
+	}
+	return id, a, nil
+}
+
+// countConn counts the bytes written to the socket.
+type countConn struct {
+	transfer.Conn
+	n atomic.Int64
+}
+
+func (c *countConn) Write(b []byte) error {
+	err := c.Conn.Write(b)
+	if err == nil {
+		c.n.Add(int64(len(b)))
+	}
+	return err
+}
+
+// send runs one transfer of h's KV to decode under a Sender, and answers
+// once it is terminal. The lease is released exactly when the Sender says
+// (on ACK, or on failure, its frames carrying their own copies of the KV).
+func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRequest, h *engine.Handoff) peerapi.PrefillResult {
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			h.Lease.Release()
+		}
+	}
+	defer release() // only matters on the early returns below
+
+	timeout := time.Duration(s.cfg.Peers.TransferTimeout) * time.Second
+	if timeout <= 0 {
+		timeout = transfer.DefaultLease
+	}
+	snd, err := transfer.NewSender(transfer.SenderConfig{
+		ID: id, Tenant: req.Tenant, Tokens: h.Tokens, MaxTokens: s.limits.MaxInputTokens,
+		Layers: s.Model.Config.Layers, KVDim: s.Model.Config.KVDim(), FirstToken: int32(h.FirstToken),
+		Source: h.Lease, MaxFrameBytes: s.cfg.Peers.FrameBytes, Window: s.cfg.Peers.Window,
+		Lease: timeout, Retry: s.opts.Retry,
+	})
+	if err != nil {
+		return fail(err, 0)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	nc, err := s.auth.Dial(dctx, req.DecodeKVAddr)
+	dcancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(errCancelled, 0)
+		}
+		s.tm.failed.WithLabelValues("decode_unreachable").Inc()
+		return fail(errkind.Wrap(errkind.Unavailable, "decode_unreachable", err, "could not open an authenticated KV connection to the decode server"), 0)
+	}
+	cc := &countConn{Conn: transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes})}
+	var c transfer.Conn = cc
+	if s.opts.Faults != (transfer.FaultSpec{}) {
+		c = transfer.WithFaults(cc, s.opts.Faults)
+	}
+	done := make(chan struct{})
+	defer func() {
+		close(done)
+		c.Close()
+		s.tm.bytes.Add(float64(cc.n.Load()))
+	}()
+	events := make(chan transfer.Event, 64)
+	go func() {
+		for {
+			f, err := c.Read()
+			var ev transfer.Event = transfer.FrameIn{Frame: f}
+			if err != nil {
+				ev = transfer.PeerLost{Err: err}
+				if errors.As(err, new(*transfer.FrameError)) {
+					ev = transfer.BadFrame{Err: err}
+				}
+			}
+			select {
+			case events <- ev:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	s.sending.Add(1)
+	defer s.sending.Add(-1)
+	s.tm.started.Inc()
+	start := time.Now()
+	var ok bool
+	var ferr *errkind.Error
+	var queue []transfer.Event
+	do := func(acts []transfer.Action) {
+		for _, a := range acts {
+			switch a := a.(type) {
+			case transfer.SendFrame:
+				if err := transfer.Send(c, a.Frame, s.cfg.Peers.FrameBytes); err != nil {
+					queue = append(queue, transfer.PeerLost{Err: err})
+				}
+			case transfer.Done:
+				ok = true
+				s.tm.completed.Inc()
+			case transfer.Fail:
+				ferr = a.Err
+				s.tm.failed.WithLabelValues(a.Err.Code).Inc()
+				s.log.Info("kv transfer failed", "id", id.String(), "code", a.Err.Code, "error", a.Err.Message)
+			case transfer.Release:
+				release()
+			}
+		}
+	}
+	step := func(ev transfer.Event) {
+		do(snd.Step(ev))
+		for len(queue) > 0 {
+			ev := queue[0]
+			queue = queue[1:]
+			do(snd.Step(ev))
+		}
+	}
+	tick := time.NewTicker(s.opts.TickEvery)
+	defer tick.Stop()
+	cancelled := ctx.Done()
+	step(transfer.Start{Now: 0})
+	for !snd.Terminal() || !snd.Released() {
+		select {
+		case ev := <-events:
+			step(ev)
+		case <-tick.C:
+			step(transfer.Tick{Now: time.Since(start)})
+		case <-cancelled:
+			cancelled = nil // once: the Sender ends now, with an ABORT frame
+			step(transfer.Cancel{ID: id, Reason: errCancelled})
+		}
+	}
+	sent := cc.n.Load()
+	if ok {
+		return peerapi.PrefillResult{OK: true, FirstToken: h.FirstToken, BytesSent: sent}
+	}
+	if ferr == nil {
+		ferr = errkind.New(errkind.Internal, "internal_error", "kv transfer ended without a verdict")
+	}
+	return fail(ferr, sent)
+}

@@ -1,0 +1,81 @@
+package prefillsrv
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+func TestRefusesWithoutPeerAuth(t *testing.T) {
+	if _, err := New(config.Default(), nil, Options{}); !errors.Is(err, peerauth.ErrNotConfigured) {
+		t.Fatalf("New without peers.auth: %v", err)
+	}
+}
+
+// TestAdmissionFirst: a prompt over this server's own limit is refused
+// with the original error before anything is computed or any connection
+// is opened (the decode address is a listener that records connections).
+func TestAdmissionFirst(t *testing.T) {
+	auth, err := peerauth.NewPSK([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Threads, cfg.MaxInputTokens = 1, 8
+	s, err := New(cfg, nil, Options{Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.threads.Close()
+	defer s.Model.Close()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	dialed := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			dialed <- struct{}{}
+			c.Close()
+		}
+	}()
+	prompt := make([]int, 9)
+	for i := range prompt {
+		prompt[i] = 1 + i
+	}
+	b, _ := json.Marshal(peerapi.PrefillRequest{ID: transfer.NewID().String(), Tenant: "acme", Prompt: prompt, MaxTokens: 4, DecodeKVAddr: ln.Addr().String()})
+	req := httptest.NewRequest("POST", peerapi.PathPrefill, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 32))
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	var res peerapi.PrefillResult
+	if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if res.OK || res.Error == nil || res.Error.Code != "context_length_exceeded" || res.BytesSent != 0 {
+		t.Fatalf("over-limit prompt: %+v (%+v)", res, res.Error)
+	}
+	if st := s.Pool.Stats(); st.Allocs != 0 || st.Free != st.Pages {
+		t.Errorf("pages touched for a rejected prompt: %+v", st)
+	}
+	select {
+	case <-dialed:
+		t.Error("prefill contacted decode for a rejected prompt")
+	default:
+	}
+	// Without the key: 401 before anything.
+	req = httptest.NewRequest("POST", peerapi.PathPrefill, bytes.NewReader(b))
+	rec = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Errorf("no credentials: %d", rec.Code)
+	}
+}
