@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"go.yaml.in/yaml/v3"
+)
+
+func init() {
+	register("cluster", "run a router with N prefill and M decode servers as local processes (try disaggregated mode)", runCluster)
+}
+
+// Announce lines of the prefill and decode subcommands.
+var (
+	prefillAnnounce = regexp.MustCompile(`^bulkhead: prefill control on (\S+)`)
+	decodeAnnounce  = regexp.MustCompile(`^bulkhead: decode control on (\S+) kv on (\S+)`)
+)
+
+// clusterStartWait bounds how long a child may take to announce itself.
+const clusterStartWait = 60 * time.Second
+
+// clusterStopWait is how long children get to drain after SIGTERM before
+// their process groups are killed.
+const clusterStopWait = 15 * time.Second
+
+// child is one prefill or decode process of a cluster.
+type child struct {
+	name    string // "prefill[0]"
+	cmd     *exec.Cmd
+	control string
+	kv      string
+	exited  chan struct{} // closed when Wait returned
+	err     error         // Wait's result, after exited
+}
+
+func runCluster(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("cluster", stderr)
+	cfgPath := fs.String("config", "", "YAML configuration file: model, tenants, limits, kv (default: the embedded model, no auth); its peers section is replaced")
+	listen := fs.String("listen", "", "the router's listen address, overriding the config (default 127.0.0.1:8080)")
+	nPrefill := fs.Int("prefill", 1, "number of prefill servers")
+	nDecode := fs.Int("decode", 1, "number of decode servers")
+	faultsPrefill := fs.String("faults-prefill", "", "fault injection on every prefill server's KV connections (transfer.ParseFaults syntax)")
+	faultsDecode := fs.String("faults-decode", "", "fault injection on every decode server's KV connections")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *nPrefill < 1 || *nPrefill > 32 || *nDecode < 1 || *nDecode > 32 {
+		return usagef("--prefill and --decode must be 1 to 32 (have %d and %d)", *nPrefill, *nDecode)
+	}
+	cfg, err := loadConfig(*cfgPath, "")
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		cfg.Listen = *listen
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Credentials made for the occasion: a private CA and one node
+	// certificate every role shares, removed on exit.
+	dir, err := os.MkdirTemp("", "bulkhead-cluster-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	peers, err := peerauth.MakeCerts(filepath.Join(dir, "certs"), []string{"127.0.0.1", "localhost"})
+	if err != nil {
+		return err
+	}
+	peers.FrameBytes, peers.Window, peers.TransferTimeout = cfg.Peers.FrameBytes, cfg.Peers.Window, cfg.Peers.TransferTimeout
+	cfg.Peers = peers
+	roleCfg := filepath.Join(dir, "role.yaml")
+	if err := writeRoleConfig(roleCfg, cfg); err != nil {
+		return err
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cluster: finding my own binary: %w", err)
+	}
+	var kids []*child
+	defer func() { stopChildren(kids, log) }()
+	for i := 0; i < *nPrefill+*nDecode; i++ {
+		role, idx, faults := "prefill", i, *faultsPrefill
+		if i >= *nPrefill {
+			role, idx, faults = "decode", i-*nPrefill, *faultsDecode
+		}
+		args := []string{role, "--config", roleCfg, "--listen", "127.0.0.1:0"}
+		if role == "decode" {
+			args = append(args, "--kv-listen", "127.0.0.1:0")
+		}
+		if faults != "" {
+			args = append(args, "--faults", faults)
+		}
+		c, err := startChild(fmt.Sprintf("%s[%d]", role, idx), self, args, stderr)
+		if err != nil {
+			return err
+		}
+		kids = append(kids, c)
+	}
+	for _, c := range kids {
+		if c.kv != "" {
+			cfg.Peers.Decode = append(cfg.Peers.Decode, c.control)
+			fmt.Fprintf(stdout, "bulkhead: cluster %s pid %d control on %s kv on %s\n", c.name, c.cmd.Process.Pid, c.control, c.kv)
+		} else {
+			cfg.Peers.Prefill = append(cfg.Peers.Prefill, c.control)
+			fmt.Fprintf(stdout, "bulkhead: cluster %s pid %d control on %s\n", c.name, c.cmd.Process.Pid, c.control)
+		}
+	}
+
+	// The router runs in this process; a child that dies stops everything,
+	// loudly, rather than leaving a cluster that silently lost capacity.
+	rctx, rstop := context.WithCancel(ctx)
+	defer rstop()
+	var died error
+	var once sync.Once
+	for _, c := range kids {
+		go func() {
+			select {
+			case <-c.exited:
+				once.Do(func() {
+					died = fmt.Errorf("cluster: %s (pid %d) exited unexpectedly (%v); stopping the cluster", c.name, c.cmd.Process.Pid, c.err)
+					fmt.Fprintln(stderr, "bulkhead:", died)
+					rstop()
+				})
+			case <-rctx.Done():
+			}
+		}()
+	}
+	err = serveRouter(rctx, cfg, *drain, stdout, log)
+	rstop()
+	once.Do(func() {}) // no death reported after this point
+	if died != nil {
+		return died
+	}
+	return err
+}
+
+// writeRoleConfig writes cfg as YAML for the prefill and decode children.
+func writeRoleConfig(path string, cfg *config.Config) error {
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("cluster: writing the role config: %w", err)
+	}
+	if _, err := config.Parse(b); err != nil {
+		return fmt.Errorf("cluster: the role config does not parse back: %w", err)
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// startChild runs `bulkhead args...` in its own process group (so a
+// terminal's Ctrl-C reaches only the cluster, which stops children in
+// order), dying with the cluster even if the cluster is killed
+// (Pdeathsig), and waits for its announce line. Its stderr is copied to
+// ours with its name in front.
+func startChild(name, self string, args []string, stderr io.Writer) (*child, error) {
+	cmd := exec.Command(self, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	errp, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("cluster: starting %s: %w", name, err)
+	}
+	c := &child{name: name, cmd: cmd, exited: make(chan struct{})}
+	type addrs struct{ control, kv string }
+	found := make(chan addrs, 1)
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go func() {
+		defer pipes.Done()
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			var a addrs
+			if m := prefillAnnounce.FindStringSubmatch(line); m != nil {
+				a = addrs{control: m[1]}
+			} else if m := decodeAnnounce.FindStringSubmatch(line); m != nil {
+				a = addrs{control: m[1], kv: m[2]}
+			} else {
+				continue
+			}
+			select {
+			case found <- a:
+			default: // only the first announce counts; keep draining stdout
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	go func() {
+		defer pipes.Done()
+		sc := bufio.NewScanner(errp)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			fmt.Fprintf(stderr, "%s: %s\n", name, sc.Text())
+		}
+		io.Copy(io.Discard, errp)
+	}()
+	go func() {
+		pipes.Wait() // Wait must not run before the pipes are drained
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	select {
+	case a := <-found:
+		c.control, c.kv = a.control, a.kv
+		return c, nil
+	case <-c.exited:
+		return nil, fmt.Errorf("cluster: %s exited before announcing its address: %v", name, c.err)
+	case <-time.After(clusterStartWait):
+		killGroup(c)
+		<-c.exited
+		return nil, fmt.Errorf("cluster: %s did not announce its address within %s", name, clusterStartWait)
+	}
+}
+
+// stopChildren sends SIGTERM to every child's process group, waits for
+// all of them, and kills the groups of those that do not stop in time.
+func stopChildren(kids []*child, log *slog.Logger) {
+	for _, c := range kids {
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+	}
+	deadline := time.After(clusterStopWait)
+	for _, c := range kids {
+		select {
+		case <-c.exited:
+		case <-deadline:
+			log.Warn("child did not stop in time; killing it", "child", c.name, "pid", c.cmd.Process.Pid)
+			killGroup(c)
+			<-c.exited
+		}
+	}
+}
+
+func killGroup(c *child) {
+	if err := syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		_ = c.cmd.Process.Kill()
+	}
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var childLine = regexp.MustCompile(`^bulkhead: cluster (\S+) pid (\d+) control on`)
+
+// startClusterProc runs `bulkhead cluster` and returns it with its
+// children's pids once the router serves.
+func startClusterProc(t *testing.T) (*exec.Cmd, map[string]int, chan error, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(bulkheadBinary(t), "cluster", "--prefill", "1", "--decode", "2", "--listen", "127.0.0.1:0")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	pids := map[string]int{}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := childLine.FindStringSubmatch(sc.Text()); m != nil {
+				pids[m[1]], _ = strconv.Atoi(m[2])
+			}
+			if servingLine.MatchString(sc.Text()) {
+				close(ready)
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	select {
+	case <-ready:
+	case err := <-exited:
+		t.Fatalf("cluster exited before serving: %v\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("cluster did not serve within 60s\n%s", stderr.String())
+	}
+	if len(pids) != 3 {
+		t.Fatalf("cluster announced children %v, want 3", pids)
+	}
+	return cmd, pids, exited, stderr
+}
+
+// gone waits until no process has pid (children are reaped by the
+// cluster, or by init once orphaned).
+func gone(t *testing.T, name string, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := syscall.Kill(pid, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) is still running: an orphan", name, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClusterStopsEveryChild: SIGTERM stops the router and every child
+// (exit 0); SIGKILL of the cluster still takes the children down; a child
+// that dies makes the cluster say so and stop.
+func TestClusterStopsEveryChild(t *testing.T) {
+	t.Run("sigterm", func(t *testing.T) {
+		cmd, pids, exited, stderr := startClusterProc(t)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Fatalf("cluster exited with %v after SIGTERM\n%s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("cluster did not stop within 30s of SIGTERM")
+		}
+		for name, pid := range pids {
+			gone(t, name, pid)
+		}
+	})
+	t.Run("sigkill", func(t *testing.T) {
+		cmd, pids, exited, _ := startClusterProc(t)
+		cmd.Process.Kill()
+		<-exited
+		for name, pid := range pids {
+			gone(t, name, pid)
+		}
+	})
+	t.Run("child-dies", func(t *testing.T) {
+		_, pids, exited, stderr := startClusterProc(t)
+		syscall.Kill(pids["decode[1]"], syscall.SIGKILL)
+		select {
+		case err := <-exited:
+			if err == nil || !strings.Contains(stderr.String(), "decode[1]") || !strings.Contains(stderr.String(), "exited unexpectedly") {
+				t.Fatalf("cluster exit %v; stderr does not name the dead child:\n%s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("cluster kept running after a child died")
+		}
+		for name, pid := range pids {
+			gone(t, name, pid)
+		}
+	})
+}

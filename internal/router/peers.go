@@ -1,0 +1,238 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+)
+
+// Roles, as peerapi.Info.Role spells them.
+const (
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// peer is one configured prefill or decode server, as the router sees it.
+type peer struct {
+	role string
+	addr string // control address, host:port, exactly as configured
+	base string // scheme://addr
+
+	mu       sync.Mutex
+	info     peerapi.Info // last successful info
+	up       bool
+	fails    int    // consecutive failed health checks or calls
+	why      string // why it is down, for logs and Peers()
+	inflight int    // requests this router has on it now
+}
+
+// PeerStatus is a peer's state as the router last saw it.
+type PeerStatus struct {
+	Role     string
+	Addr     string
+	Up       bool
+	Why      string // why it is down ("" when up)
+	Inflight int
+	Load     peerapi.Load
+}
+
+func (p *peer) status() PeerStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PeerStatus{Role: p.role, Addr: p.addr, Up: p.up, Why: p.why, Inflight: p.inflight, Load: p.info.Load}
+}
+
+// score is the peer's load for pairing: what it reported plus what this
+// router sent it since (the report is up to a health period old).
+func (p *peer) score() (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.info.Load
+	return l.Running + l.Queued + l.Transfers + p.inflight, p.up
+}
+
+func (p *peer) isUp() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up
+}
+
+func (p *peer) addInflight(d int) {
+	p.mu.Lock()
+	p.inflight += d
+	p.mu.Unlock()
+}
+
+// --- HTTP calls. Every call goes to p.base, which comes from the
+// configured address list and nothing else.
+
+// getInfo asks the peer for its Info.
+func (r *Router) getInfo(ctx context.Context, p *peer) (peerapi.Info, error) {
+	var info peerapi.Info
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.base+peerapi.PathInfo, nil)
+	if err != nil {
+		return info, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return info, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return info, fmt.Errorf("%s %s: %s", p.role, p.addr, httpFailure(resp))
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info); err != nil {
+		return info, fmt.Errorf("%s %s: bad info: %w", p.role, p.addr, err)
+	}
+	return info, nil
+}
+
+// post sends body as JSON to path.
+func (r *Router) post(ctx context.Context, p *peer, path string, body any) (*http.Response, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base+path, bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return r.client.Do(req)
+}
+
+// cancel sends an acknowledged cancel for id to p, retrying until p
+// acknowledges, p is declared down, or the give-up time passes. It
+// reports whether p acknowledged.
+func (r *Router) cancel(p *peer, id string) bool {
+	deadline := time.Now().Add(r.opts.CancelGiveUp)
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ok, err := r.cancelOnce(p, id)
+		if ok {
+			return true
+		}
+		if !p.isUp() || time.Now().After(deadline) || r.ctx.Err() != nil {
+			r.log.Warn("cancel not acknowledged; relying on the peer's reservation lease", "role", p.role, "peer", p.addr, "transfer", id, "attempts", attempt, "err", err)
+			r.metrics.failure("cancel")
+			return false
+		}
+		select {
+		case <-time.After(wait):
+		case <-r.ctx.Done():
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func (r *Router) cancelOnce(p *peer, id string) (bool, error) {
+	ctx, done := context.WithTimeout(r.ctx, 2*time.Second)
+	defer done()
+	resp, err := r.post(ctx, p, peerapi.PathCancel, peerapi.CancelRequest{ID: id})
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, errors.New(httpFailure(resp))
+	}
+	var res peerapi.CancelResult
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&res); err != nil {
+		return false, fmt.Errorf("bad cancel answer: %w", err)
+	}
+	return true, nil
+}
+
+// httpFailure describes a non-200 answer, with the peer's error message
+// when it sent one.
+func httpFailure(resp *http.Response) string {
+	if e := wireError(resp); e != nil {
+		return fmt.Sprintf("HTTP %d: %s (%s)", resp.StatusCode, e.Message, e.Code)
+	}
+	return "HTTP " + resp.Status
+}
+
+// wireError reads a peerapi.Error from an error response body, bare or
+// under "error"; nil when the body holds neither.
+func wireError(resp *http.Response) *peerapi.Error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var bare peerapi.Error
+	if json.Unmarshal(b, &bare) == nil && bare.Kind != "" {
+		return &bare
+	}
+	var wrapped struct {
+		Error *peerapi.Error `json:"error"`
+	}
+	if json.Unmarshal(b, &wrapped) == nil && wrapped.Error != nil && wrapped.Error.Kind != "" {
+		return wrapped.Error
+	}
+	var res peerapi.PrefillResult
+	if json.Unmarshal(b, &res) == nil && res.Error != nil {
+		return res.Error
+	}
+	return nil
+}
+
+// peerFailure classifies an HTTP answer that is not what the protocol
+// promises: the peer's own classified error when it sent one (a peer's
+// 4xx for its own admission travels unchanged), else Unavailable.
+func peerFailure(p *peer, resp *http.Response) *errkind.Error {
+	if e := wireError(resp); e != nil {
+		return e.Err()
+	}
+	return errkind.New(errkind.Unavailable, "peer_error", "the %s server answered HTTP %d", p.role, resp.StatusCode)
+}
+
+// unreachable is the client-facing error for a peer call that failed at
+// the transport level.
+func unreachable(p *peer, err error) *errkind.Error {
+	return errkind.Wrap(errkind.Unavailable, "peer_unavailable", fmt.Errorf("%s %s: %w", p.role, p.addr, err),
+		fmt.Sprintf("the %s server could not be reached", p.role))
+}
+
+// compatible says why info cannot join a deployment whose reference is
+// ref (the first peer's info), or "" when it can.
+func compatible(role string, ref, info peerapi.Info, fingerprint string) string {
+	var bad []string
+	if info.Role != role {
+		bad = append(bad, fmt.Sprintf("is configured as %s but says it is %q", role, info.Role))
+	}
+	if info.Protocol != peerapi.Protocol {
+		bad = append(bad, fmt.Sprintf("speaks protocol %d, the router speaks %d", info.Protocol, peerapi.Protocol))
+	}
+	if fingerprint != "" && info.Fingerprint != fingerprint {
+		bad = append(bad, fmt.Sprintf("serves model %s with fingerprint %s, the router's model has %s", info.Model, short(info.Fingerprint), short(fingerprint)))
+	} else if info.Fingerprint != ref.Fingerprint {
+		bad = append(bad, fmt.Sprintf("serves model %s with fingerprint %s, others have %s", info.Model, short(info.Fingerprint), short(ref.Fingerprint)))
+	}
+	if info.Layers != ref.Layers || info.KVDim != ref.KVDim {
+		bad = append(bad, fmt.Sprintf("has KV layout %d layers × %d, others have %d × %d", info.Layers, info.KVDim, ref.Layers, ref.KVDim))
+	}
+	if role == RoleDecode && info.KVAddr == "" {
+		bad = append(bad, "announces no KV address")
+	}
+	if info.Limits.ContextLen <= 0 || info.Limits.MaxInputTokens <= 0 || info.Limits.PoolTokens <= 0 {
+		bad = append(bad, fmt.Sprintf("reports unusable limits %+v", info.Limits))
+	}
+	return strings.Join(bad, "; ")
+}
+
+func short(fp string) string {
+	if len(fp) > 12 {
+		return fp[:12]
+	}
+	if fp == "" {
+		return "(none)"
+	}
+	return fp
+}

@@ -1,0 +1,369 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure a Router.
+type Options struct {
+	// Prefill and Decode are the control addresses (host:port) of the
+	// peers; the router never sends to any other address. Each list needs
+	// at least one.
+	Prefill, Decode []string
+	// Client makes every control call; it carries the peer credentials
+	// (a TLS client certificate, or a transport that adds the pre-shared
+	// key). Nil uses http.DefaultClient (tests only).
+	Client *http.Client
+	// Scheme is "https" (mutual TLS) or "http"; empty means "http".
+	Scheme string
+	// Fingerprint is the router's own model fingerprint (it tokenizes
+	// with that model); every peer must match it. Empty skips the check.
+	Fingerprint string
+	// Own are the router's configured limits; each non-zero field
+	// further lowers the peers' minimum.
+	Own engine.Limits
+	// TransferTimeout bounds a prefill call (reserve to acknowledged
+	// transfer) and how long decode may take to reserve; default 30 s.
+	TransferTimeout time.Duration
+	// HealthEvery is the period of health checks (default 1 s); a peer
+	// is down after DownAfter consecutive failures (default 3).
+	HealthEvery time.Duration
+	DownAfter   int
+	// StartWait bounds how long New waits for peers that do not answer
+	// yet (default 15 s); a mismatched peer fails New at once.
+	StartWait time.Duration
+	// CancelGiveUp bounds the retries of one cancel (default 30 s); past
+	// it, the peer's own reservation lease frees the pages.
+	CancelGiveUp time.Duration
+	// Registerer receives the router's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Log receives peer state changes and failures; nil discards.
+	Log *slog.Logger
+}
+
+// Router runs requests on prefill/decode pairs. It implements
+// engine.Backend and is safe for concurrent use.
+type Router struct {
+	opts    Options
+	client  *http.Client
+	log     *slog.Logger
+	metrics *routerMetrics
+	prefill []*peer
+	decode  []*peer
+	ref     peerapi.Info // the first peer's info: the deployment's identity
+	limits  engine.Limits
+
+	ctx    context.Context // ends at Close; every peer call hangs off it
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	rr     int               // round-robin tie-break
+	sticky map[string]string // tenant -> prefill address it last used
+}
+
+// New handshakes with every configured peer and starts health checks. It
+// refuses to start, naming every offending peer, when protocol versions,
+// model fingerprints or KV layouts differ, or when a peer never answers.
+func New(ctx context.Context, o Options) (*Router, error) {
+	if len(o.Prefill) == 0 || len(o.Decode) == 0 {
+		return nil, fmt.Errorf("router: needs at least one prefill and one decode peer (have %d prefill, %d decode); set peers.prefill and peers.decode", len(o.Prefill), len(o.Decode))
+	}
+	if o.Client == nil {
+		o.Client = http.DefaultClient
+	}
+	if o.Scheme == "" {
+		o.Scheme = "http"
+	}
+	if o.TransferTimeout <= 0 {
+		o.TransferTimeout = 30 * time.Second
+	}
+	if o.HealthEvery <= 0 {
+		o.HealthEvery = time.Second
+	}
+	if o.DownAfter <= 0 {
+		o.DownAfter = 3
+	}
+	if o.StartWait <= 0 {
+		o.StartWait = 15 * time.Second
+	}
+	if o.CancelGiveUp <= 0 {
+		o.CancelGiveUp = 30 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &Router{opts: o, client: o.Client, log: o.Log, sticky: map[string]string{}}
+	r.ctx, r.stop = context.WithCancel(context.Background())
+	seen := map[string]bool{}
+	for _, set := range []struct {
+		role  string
+		addrs []string
+		dst   *[]*peer
+	}{{RolePrefill, o.Prefill, &r.prefill}, {RoleDecode, o.Decode, &r.decode}} {
+		for _, a := range set.addrs {
+			if seen[a] {
+				r.stop()
+				return nil, fmt.Errorf("router: peer %s is listed twice", a)
+			}
+			seen[a] = true
+			*set.dst = append(*set.dst, &peer{role: set.role, addr: a, base: o.Scheme + "://" + a})
+		}
+	}
+	if err := r.handshake(ctx); err != nil {
+		r.stop()
+		return nil, err
+	}
+	r.metrics = newRouterMetrics(o.Registerer, r.all())
+	r.wg.Add(1)
+	go r.healthLoop()
+	return r, nil
+}
+
+func (r *Router) all() []*peer { return append(append([]*peer{}, r.prefill...), r.decode...) }
+
+// handshake gets every peer's Info (waiting up to StartWait for those
+// that do not answer), checks they agree, and sets the limits.
+func (r *Router) handshake(ctx context.Context) error {
+	peers := r.all()
+	infos := make([]peerapi.Info, len(peers))
+	errs := make([]error, len(peers))
+	deadline := time.Now().Add(r.opts.StartWait)
+	for {
+		var wg sync.WaitGroup
+		for i, p := range peers {
+			if errs[i] == nil && infos[i].Role != "" {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, done := context.WithTimeout(ctx, 2*time.Second)
+				defer done()
+				infos[i], errs[i] = r.getInfo(cctx, p)
+			}()
+		}
+		wg.Wait()
+		var missing []string
+		for i, p := range peers {
+			if errs[i] != nil {
+				missing = append(missing, fmt.Sprintf("%s %s (%v)", p.role, p.addr, errs[i]))
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("router: peers did not answer the handshake within %s: %s", r.opts.StartWait, strings.Join(missing, "; "))
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	r.ref = infos[0]
+	var bad []string
+	lim := r.opts.Own
+	if lim.ContextLen <= 0 {
+		lim.ContextLen = infos[0].Limits.ContextLen
+	}
+	if lim.MaxInputTokens <= 0 {
+		lim.MaxInputTokens = infos[0].Limits.MaxInputTokens
+	}
+	if lim.PoolTokens <= 0 {
+		lim.PoolTokens = infos[0].Limits.PoolTokens
+	}
+	for i, p := range peers {
+		if why := compatible(p.role, r.ref, infos[i], r.opts.Fingerprint); why != "" {
+			bad = append(bad, fmt.Sprintf("%s %s %s", p.role, p.addr, why))
+			continue
+		}
+		lim = lim.Min(infos[i].Limits)
+		p.info, p.up = infos[i], true
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("router: refusing to start: the peers do not form one deployment (reference: %s %s, model %s, fingerprint %s, protocol %d, %d layers × kv_dim %d):\n  %s",
+			peers[0].role, peers[0].addr, r.ref.Model, short(r.ref.Fingerprint), r.ref.Protocol, r.ref.Layers, r.ref.KVDim, strings.Join(bad, "\n  "))
+	}
+	r.limits = lim
+	r.log.Info("handshake complete", "prefill", len(r.prefill), "decode", len(r.decode), "model", r.ref.Model,
+		"context_len", lim.ContextLen, "max_input_tokens", lim.MaxInputTokens, "pool_tokens", lim.PoolTokens)
+	return nil
+}
+
+// Limits are the tightest limits over every peer (and the router's own):
+// a request admitted against them fits whichever pair runs it.
+func (r *Router) Limits() engine.Limits { return r.limits }
+
+// Info is the deployment's identity, as the first peer described it.
+func (r *Router) Info() peerapi.Info { return r.ref }
+
+// Peers reports every peer's state, prefill first.
+func (r *Router) Peers() []PeerStatus {
+	var out []PeerStatus
+	for _, p := range r.all() {
+		out = append(out, p.status())
+	}
+	return out
+}
+
+// Healthy reports whether at least one prefill and one decode peer are up.
+func (r *Router) Healthy() bool {
+	return anyUp(r.prefill) && anyUp(r.decode)
+}
+
+func anyUp(ps []*peer) bool {
+	for _, p := range ps {
+		if p.isUp() {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops health checks and aborts every peer call still running
+// (their requests end with an error). It does not wait for cancels.
+func (r *Router) Close() {
+	r.stop()
+	r.wg.Wait()
+}
+
+// healthLoop refreshes every peer's Info each HealthEvery.
+func (r *Router) healthLoop() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.opts.HealthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		var wg sync.WaitGroup
+		for _, p := range r.all() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.check(p)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+func (r *Router) check(p *peer) {
+	ctx, done := context.WithTimeout(r.ctx, max(r.opts.HealthEvery, 500*time.Millisecond))
+	defer done()
+	info, err := r.getInfo(ctx, p)
+	if r.ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		r.failed(p, err.Error())
+		return
+	}
+	if why := compatible(p.role, r.ref, info, r.opts.Fingerprint); why != "" {
+		// A peer restarted with another model or layout: its KV would be
+		// garbage to the others, so it stays out until it matches again.
+		r.setDown(p, "incompatible: "+why)
+		return
+	}
+	p.mu.Lock()
+	p.info, p.fails = info, 0
+	wasUp := p.up
+	p.up, p.why = true, ""
+	p.mu.Unlock()
+	if !wasUp {
+		r.log.Info("peer is up", "role", p.role, "peer", p.addr)
+		r.metrics.setUp(p, true)
+	}
+}
+
+// failed counts one failure; DownAfter in a row mark p down.
+func (r *Router) failed(p *peer, why string) {
+	p.mu.Lock()
+	p.fails++
+	n := p.fails
+	p.mu.Unlock()
+	if n >= r.opts.DownAfter {
+		r.setDown(p, fmt.Sprintf("%d failures in a row, last: %s", n, why))
+	}
+}
+
+func (r *Router) setDown(p *peer, why string) {
+	p.mu.Lock()
+	wasUp := p.up
+	p.up, p.why = false, why
+	p.mu.Unlock()
+	if wasUp {
+		r.log.Warn("peer is down", "role", p.role, "peer", p.addr, "why", why)
+		r.metrics.setUp(p, false)
+	}
+}
+
+// pick chooses the least-loaded healthy decode and prefill peers and
+// counts the request on both; the caller must call release. Among
+// prefill peers within one unit of the least load, the one this tenant
+// used last is preferred (its prefix cache may hold the tenant's prompt;
+// the cache is per tenant, so this never pairs across tenants).
+func (r *Router) pick(tenant string) (d, p *peer, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rr++
+	d = r.leastLoaded(r.decode, "")
+	p = r.leastLoaded(r.prefill, r.sticky[tenant])
+	if d == nil || p == nil {
+		role := RoleDecode
+		if d != nil {
+			role = RolePrefill
+		}
+		return nil, nil, errkind.New(errkind.Overload, "no_healthy_peer", "no %s server is available", role)
+	}
+	r.sticky[tenant] = p.addr
+	d.addInflight(1)
+	p.addInflight(1)
+	return d, p, nil
+}
+
+func (r *Router) leastLoaded(ps []*peer, prefer string) *peer {
+	type cand struct {
+		p     *peer
+		score int
+	}
+	var cs []cand
+	for i := range ps {
+		p := ps[(i+r.rr)%len(ps)]
+		if s, up := p.score(); up {
+			cs = append(cs, cand{p, s})
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].score < cs[j].score })
+	for _, c := range cs {
+		if c.p.addr == prefer && c.score <= cs[0].score+1 {
+			return c.p
+		}
+	}
+	return cs[0].p
+}
+
+func release(d, p *peer) {
+	d.addInflight(-1)
+	p.addInflight(-1)
+}
+
+var errClosed = errors.New("router closed")

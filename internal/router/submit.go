@@ -1,0 +1,361 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+// decodeGrace is how long the router waits for prefill's answer once
+// decode has failed the transfer: prefill normally reports the same
+// failure (decode aborted it) within a round trip, and its error is the
+// one the client should see; if it does not, decode's error is.
+const decodeGrace = 2 * time.Second
+
+// causeWait is how long a prefill that lost its KV connection waits for
+// decode to say why (see firstCause).
+const causeWait = 300 * time.Millisecond
+
+// exchange is one request's run on one pair.
+type exchange struct {
+	r      *Router
+	d, p   *peer
+	id     string
+	req    engine.Request
+	st     *engine.Stream
+	legs   context.CancelFunc // closes both control connections
+	lctx   context.Context
+	resv   chan *errkind.Error // decode's answer to the reservation: nil = reserved
+	term   chan engine.Result  // decode's final word, after reserved
+	early  *engine.Result      // term, when it came before prefill answered
+	closed sync.Once
+}
+
+// Submit runs an admitted request: reserve on the least-loaded decode
+// peer, then prefill on the least-loaded prefill peer, then stream
+// decode's tokens. It returns once the KV transfer was acknowledged; any
+// failure before that is returned here (prefill's own error when prefill
+// failed) after the other leg was cancelled, so a failed Submit holds
+// nothing anywhere.
+func (r *Router) Submit(ctx context.Context, a engine.Admitted) (*engine.Stream, error) {
+	if !a.Valid() {
+		return nil, errkind.New(errkind.Internal, "not_admitted", "router: a request that was never admitted was submitted")
+	}
+	if r.ctx.Err() != nil {
+		return nil, errkind.Wrap(errkind.Overload, "shutting_down", errClosed, "the server is shutting down")
+	}
+	req := a.Request()
+	x, err := r.reserve(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if e := x.prefill(ctx); e != nil {
+		x.finish()
+		r.metrics.failure("prefill")
+		return nil, e
+	}
+	go x.stream(ctx)
+	return x.st, nil
+}
+
+// reserve picks a pair and reserves on its decode peer. A decode peer
+// that is full right now (an Overload refusal) is asked again, on
+// whichever pair is least loaded then, with backoff, until the transfer
+// timeout: the disaggregated equivalent of waiting in serve's queue,
+// without holding anything while waiting. Every other refusal is final.
+func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, error) {
+	deadline := time.Now().Add(r.opts.TransferTimeout)
+	wait := 10 * time.Millisecond
+	for {
+		d, p, err := r.pick(req.Tenant)
+		if err != nil {
+			r.metrics.failure("pick")
+			return nil, err
+		}
+		x := &exchange{r: r, d: d, p: p, id: transfer.NewID().String(), req: req, st: engine.NewStream(),
+			resv: make(chan *errkind.Error, 1), term: make(chan engine.Result, 1)}
+		x.lctx, x.legs = context.WithCancel(r.ctx)
+		r.metrics.request(p, d)
+		e := x.reserve(ctx)
+		if e == nil {
+			return x, nil
+		}
+		x.finish()
+		if e.Kind != errkind.Overload || e.Code == "decode_busy" || time.Now().Add(wait).After(deadline) {
+			r.metrics.failure("reserve")
+			return nil, e
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, cancelled(ctx)
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
+}
+
+// finish closes the control connections and uncounts the pair, once.
+func (x *exchange) finish() {
+	x.closed.Do(func() {
+		x.legs()
+		release(x.d, x.p)
+	})
+}
+
+func cancelled(ctx context.Context) *errkind.Error {
+	return errkind.Wrap(errkind.Unavailable, "request_cancelled", context.Cause(ctx), "the request was cancelled")
+}
+
+// cancelLegs sends acknowledged cancels to the chosen legs at once and
+// waits for both.
+func (x *exchange) cancelLegs(decode, prefill bool) {
+	var wg sync.WaitGroup
+	for _, leg := range []struct {
+		on bool
+		p  *peer
+	}{{decode, x.d}, {prefill, x.p}} {
+		if leg.on {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				x.r.cancel(leg.p, x.id)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// reserve opens the generate stream and waits for `reserved`. An `error`
+// event is returned as is: decode reserved nothing, and nothing else
+// happens.
+func (x *exchange) reserve(ctx context.Context) *errkind.Error {
+	go x.readDecode()
+	t := time.NewTimer(x.r.opts.TransferTimeout)
+	defer t.Stop()
+	select {
+	case e := <-x.resv:
+		return e
+	case <-ctx.Done():
+		// Decode may have reserved already: the cancel frees it.
+		x.cancelLegs(true, false)
+		return cancelled(ctx)
+	case <-t.C:
+		x.cancelLegs(true, false)
+		return errkind.New(errkind.Overload, "decode_busy", "the decode server did not reserve KV space within %s", x.r.opts.TransferTimeout)
+	}
+}
+
+// readDecode runs the generate call and turns its events into the
+// exchange's channels and stream: reservation outcome first, then tokens
+// (pushed to the stream, which only reaches the client if the exchange
+// succeeds), then exactly one final result.
+func (x *exchange) readDecode() {
+	r, d := x.r, x.d
+	resp, err := r.post(x.lctx, d, peerapi.PathGenerate, peerapi.GenerateRequest{
+		ID: x.id, Tenant: x.req.Tenant, Prompt: x.req.Prompt, MaxTokens: x.req.MaxTokens, Sampling: peerapi.FromParams(x.req.Sampling),
+	})
+	if err != nil {
+		if x.lctx.Err() == nil {
+			r.failed(d, err.Error())
+		}
+		x.resv <- unreachable(d, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		x.resv <- peerFailure(d, resp)
+		return
+	}
+	dec := json.NewDecoder(resp.Body)
+	reserved := false
+	end := func(e *errkind.Error, res engine.Result) {
+		if !reserved {
+			x.resv <- e
+			return
+		}
+		if e != nil {
+			res = engine.Result{Err: e}
+		}
+		x.term <- res
+	}
+	for {
+		var ev peerapi.Event
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			end(errkind.Wrap(errkind.Unavailable, "decode_peer_lost", err, "the connection to the decode server was lost before it finished"), engine.Result{})
+			return
+		}
+		switch ev.Type {
+		case peerapi.EventReserved:
+			if !reserved {
+				reserved = true
+				x.resv <- nil
+			}
+		case peerapi.EventReady:
+		case peerapi.EventTokens:
+			if !reserved {
+				end(protocolError("tokens before reserved"), engine.Result{})
+				return
+			}
+			x.st.Push(ev.Tokens...)
+		case peerapi.EventDone:
+			if !reserved {
+				end(protocolError("done before reserved"), engine.Result{})
+				return
+			}
+			res := engine.Result{Finish: ev.Finish}
+			if ev.Usage != nil {
+				res.Usage = *ev.Usage
+			}
+			end(nil, res)
+			return
+		case peerapi.EventError:
+			e := ev.Error.Err()
+			if e == nil {
+				e = protocolError("an error event without an error")
+			}
+			end(e, engine.Result{})
+			return
+		default:
+			// Unknown event types are ignored: a newer decode may say more.
+		}
+	}
+}
+
+func protocolError(what string) *errkind.Error {
+	return errkind.New(errkind.Unavailable, "peer_protocol_error", "the decode server broke the control protocol: %s", what)
+}
+
+type prefillOutcome struct{ err *errkind.Error }
+
+// prefill asks the prefill peer to compute and transfer the KV to the
+// decode peer, and waits for its verdict. On failure it cancels the
+// decode reservation (acknowledged) and returns prefill's own error.
+func (x *exchange) prefill(ctx context.Context) *errkind.Error {
+	out := make(chan prefillOutcome, 1)
+	go func() { out <- prefillOutcome{x.callPrefill()} }()
+	var decodeErr *errkind.Error
+	var grace <-chan time.Time
+	for {
+		select {
+		case o := <-out:
+			if o.err == nil {
+				return nil
+			}
+			e := x.firstCause(o.err)
+			x.cancelLegs(true, false)
+			return e
+		case res := <-x.term:
+			// Decode ended before prefill answered. Success can race
+			// prefill's answer (decode acknowledged, then generated a few
+			// tokens fast); a failure is normally echoed by prefill within
+			// a round trip.
+			x.early = &res
+			if res.Err != nil {
+				decodeErr = res.Err
+				grace = time.After(decodeGrace)
+			}
+		case <-grace:
+			x.cancelLegs(false, true)
+			return decodeErr
+		case <-ctx.Done():
+			x.cancelLegs(true, true)
+			return cancelled(ctx)
+		}
+	}
+}
+
+// firstCause picks the error the client sees when prefill failed.
+// Prefill's own error, unless it only says the KV connection was lost
+// (Unavailable) while decode reports why it dropped it (a corrupt frame,
+// a count or digest mismatch): then decode's error is the first real
+// one. Decode's verdict may trail prefill's answer by a moment.
+func (x *exchange) firstCause(prefillErr *errkind.Error) *errkind.Error {
+	if prefillErr.Kind != errkind.Unavailable {
+		return prefillErr
+	}
+	if x.early == nil {
+		select {
+		case res := <-x.term:
+			x.early = &res
+		case <-time.After(causeWait):
+		}
+	}
+	if x.early != nil && x.early.Err != nil && x.early.Err.Kind != errkind.Unavailable {
+		return x.early.Err
+	}
+	return prefillErr
+}
+
+func (x *exchange) callPrefill() *errkind.Error {
+	r, p := x.r, x.p
+	x.d.mu.Lock()
+	kvAddr := x.d.info.KVAddr
+	x.d.mu.Unlock()
+	ctx, done := context.WithTimeout(x.lctx, r.opts.TransferTimeout+5*time.Second)
+	defer done()
+	resp, err := r.post(ctx, p, peerapi.PathPrefill, peerapi.PrefillRequest{
+		ID: x.id, Tenant: x.req.Tenant, Prompt: x.req.Prompt, MaxTokens: x.req.MaxTokens,
+		Sampling: peerapi.FromParams(x.req.Sampling), DecodeKVAddr: kvAddr,
+	})
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return errkind.Wrap(errkind.Unavailable, "transfer_timeout", err, "the prefill server did not finish the KV transfer in time")
+		}
+		if x.lctx.Err() == nil {
+			r.failed(p, err.Error())
+		}
+		return unreachable(p, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return peerFailure(p, resp)
+	}
+	var res peerapi.PrefillResult
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
+		return errkind.Wrap(errkind.Unavailable, "peer_protocol_error", err, "the prefill server's answer could not be read")
+	}
+	if !res.OK {
+		if e := res.Error.Err(); e != nil {
+			return e
+		}
+		return errkind.New(errkind.Internal, "prefill_failed", "the prefill server failed without saying why")
+	}
+	return nil
+}
+
+// stream waits for decode's final result (or the client's cancel) and
+// closes the client's stream with it. Only decode's `done` gives a finish
+// reason.
+func (x *exchange) stream(ctx context.Context) {
+	defer x.finish()
+	var res engine.Result
+	if x.early != nil {
+		res = *x.early
+	} else {
+		select {
+		case res = <-x.term:
+		case <-ctx.Done():
+			// Close first so the client side is not held by the cancel
+			// round trips; the pair stays counted until they are acknowledged.
+			x.st.Close(engine.Result{Err: cancelled(ctx), Usage: engine.Usage{PromptTokens: len(x.req.Prompt)}})
+			x.cancelLegs(true, true)
+			return
+		}
+	}
+	if res.Err != nil {
+		x.r.metrics.failure("decode")
+	}
+	x.st.Close(res)
+}
