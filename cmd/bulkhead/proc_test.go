@@ -38,7 +38,7 @@ func bulkheadBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "bulkhead")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-tags", buildTags, "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

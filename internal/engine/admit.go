@@ -57,23 +57,35 @@ func (a Admitted) Valid() bool { return a.req.MaxTokens > 0 && len(a.req.Prompt)
 // admitted one, and nothing is ever substituted for a prompt that is too
 // long.
 func Admit(req Request, lim Limits) (Admitted, *errkind.Error) {
-	n := len(req.Prompt)
 	switch {
-	case n == 0:
+	case len(req.Prompt) == 0:
 		return Admitted{}, &errkind.Error{Kind: errkind.BadInput, Code: "invalid_prompt", Param: "prompt", Message: "the prompt is empty"}
 	case req.MaxTokens < 1:
 		return Admitted{}, &errkind.Error{Kind: errkind.BadInput, Code: "invalid_value", Param: "max_tokens", Message: "max_tokens must be at least 1"}
-	case n > lim.MaxInputTokens:
-		return Admitted{}, tooLong("prompt has %d tokens; this deployment accepts at most %d input tokens", n, lim.MaxInputTokens)
-	case n+req.MaxTokens > lim.ContextLen:
-		return Admitted{}, tooLong("prompt has %d tokens and max_tokens is %d, %d in all; this deployment's context length is %d tokens", n, req.MaxTokens, n+req.MaxTokens, lim.ContextLen)
-	case n+req.MaxTokens > lim.PoolTokens:
-		return Admitted{}, tooLong("prompt has %d tokens and max_tokens is %d, %d in all; the KV cache can hold at most %d tokens for one request", n, req.MaxTokens, n+req.MaxTokens, lim.PoolTokens)
+	}
+	if rej := checkLimits(req, lim); rej != nil {
+		if req, rej = overLimit(req, rej); rej != nil {
+			return Admitted{}, rej
+		}
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return Admitted{}, &errkind.Error{Kind: errkind.BadInput, Code: "invalid_value", Message: err.Error()}
 	}
 	return Admitted{req: req}, nil
+}
+
+// checkLimits is the length half of admission.
+func checkLimits(req Request, lim Limits) *errkind.Error {
+	n := len(req.Prompt)
+	switch {
+	case n > lim.MaxInputTokens:
+		return tooLong("prompt has %d tokens; this deployment accepts at most %d input tokens", n, lim.MaxInputTokens)
+	case n+req.MaxTokens > lim.ContextLen:
+		return tooLong("prompt has %d tokens and max_tokens is %d, %d in all; this deployment's context length is %d tokens", n, req.MaxTokens, n+req.MaxTokens, lim.ContextLen)
+	case n+req.MaxTokens > lim.PoolTokens:
+		return tooLong("prompt has %d tokens and max_tokens is %d, %d in all; the KV cache can hold at most %d tokens for one request", n, req.MaxTokens, n+req.MaxTokens, lim.PoolTokens)
+	}
+	return nil
 }
 
 func tooLong(format string, args ...any) *errkind.Error {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
@@ -55,7 +56,15 @@ func TestAdmissionFirst(t *testing.T) {
 	req := httptest.NewRequest("POST", peerapi.PathPrefill, bytes.NewReader(b))
 	req.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 32))
 	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, req)
+	// The engine loop is not running: only admission may answer. A prompt
+	// that got past admission would wait forever, so bound the wait.
+	served := make(chan struct{})
+	go func() { s.Handler().ServeHTTP(rec, req); close(served) }()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an over-limit prompt got past admission (the handler is waiting for the engine)")
+	}
 	var res peerapi.PrefillResult
 	if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || rec.Code != http.StatusOK {
 		t.Fatalf("%d %s", rec.Code, rec.Body)

@@ -1,0 +1,5 @@
+//go:build bulkhead_placeholder
+
+package main
+
+const buildTags = "bulkhead_placeholder"
