@@ -19,9 +19,12 @@
 // do: let a result depend on anything but the inputs it is computing, or
 // read and write files, the network or the clock.
 //
-// MatMul reuses every weight row it loads for four tokens at a time, so
-// prefill (many tokens) is bound by arithmetic while decode (one token) is
-// bound by how fast the weights stream from memory.
+// MatMul reuses every weight block it loads for several tokens at a time
+// (four rows by four tokens for Q8_0 and Q4_0, two rows by three tokens
+// for the float types), so prefill and batched decode are bound by
+// arithmetic while single-token decode is bound by how fast the weights
+// stream from memory. Quantised types multiply int8 by int8 with exact
+// integer sums (VPMADDUBSW/VPMADDWD), converting to float once per block.
 package kernels
 
 import "github.com/bulkhead-llm/bulkhead/internal/tensor"

@@ -17,9 +17,18 @@ import (
 const xBlockBytes = 36
 
 // quantizeX encodes the activation row x (len a multiple of 32) into dst,
-// len(x)/32 blocks of xBlockBytes. It is the only quantiser of activations,
-// shared by every path, so the SIMD and Go kernels see the same integers.
+// len(x)/32 blocks of xBlockBytes. Its AVX2 twin (quantizeSIMD) is tested
+// to write the same bytes, so the SIMD and Go kernels see the same integers.
 func quantizeX(dst []byte, x []float32) {
+	if useSIMD {
+		quantizeSIMD(dst, x)
+		return
+	}
+	quantizeGo(dst, x)
+}
+
+// quantizeGo is the canonical activation quantiser.
+func quantizeGo(dst []byte, x []float32) {
 	nb := len(x) / 32
 	dst = dst[:nb*xBlockBytes]
 	for b := 0; b < nb; b++ {
@@ -42,10 +51,18 @@ func quantizeX(dst []byte, x []float32) {
 			// Adding and removing 1.5·2^23 rounds |y| < 2^22 to the
 			// nearest integer, ties to even, in float32 arithmetic.
 			y := float32(v * id)
-			r := int32(float32(y+roundMagic) - roundMagic)
-			// |r| <= 127 keeps -128 out, which the sign trick in the
-			// SIMD kernels could not negate.
-			q[j] = byte(int8(min(127, max(-127, r))))
+			r := float32(y+roundMagic) - roundMagic
+			// Clamping to ±127 keeps -128 out, which the sign trick in
+			// the SIMD kernels could not negate. It is done in float32,
+			// NaN going to -127 as VMAXPS sends it, so that even NaN and
+			// infinite activations quantise the same on every path.
+			if !(r >= -127) {
+				r = -127
+			}
+			if r > 127 {
+				r = 127
+			}
+			q[j] = byte(int8(r))
 		}
 	}
 }
@@ -99,9 +116,12 @@ func dotF32Go(a, b []float32) float32 {
 }
 
 // dotQuantGo is the canonical dot product of a Q8_0 or Q4_0 row with a
-// quantised activation row xb of nb blocks.
+// quantised activation row xb of nb blocks (see order.go): two float32
+// accumulators, one for the first and one for the second half of every
+// block, each adding d·S for its half's exact integer sum S with one fused
+// multiply-add, and their sum at the end.
 func dotQuantGo(t tensor.DType, row, xb []byte, nb int) float32 {
-	var acc [8]float32
+	var lo, hi float32
 	var w [32]int32
 	bb := t.BlockBytes()
 	for b := 0; b < nb; b++ {
@@ -120,15 +140,16 @@ func dotQuantGo(t tensor.DType, row, xb []byte, nb int) float32 {
 		dw := tensor.F16ToF32(binary.LittleEndian.Uint16(wb))
 		dx := math.Float32frombits(binary.LittleEndian.Uint32(xk))
 		d := float32(dw * dx)
-		for k := range acc {
-			var s int32
-			for j := 4 * k; j < 4*k+4; j++ {
-				s += w[j] * int32(int8(xk[4+j]))
-			}
-			acc[k] = fma32(d, float32(s), acc[k])
+		var slo, shi int32
+		for j := 0; j < 16; j++ {
+			slo += w[j] * int32(int8(xk[4+j]))
+			shi += w[16+j] * int32(int8(xk[20+j]))
 		}
+		// |S| <= 16·128·127 < 2^24: exact in float32.
+		lo = fma32(d, float32(slo), lo)
+		hi = fma32(d, float32(shi), hi)
 	}
-	return reduce8(&acc)
+	return lo + hi
 }
 
 // matRowsGo computes out[i*ostride+r] for rows r in [r0, r1) and tokens

@@ -260,3 +260,150 @@ func ExampleFeatures() {
 	fmt.Println(f == "generic" || f == "avx2 fma f16c")
 	// Output: true
 }
+
+// The quantised kernels take rows in fours and tokens in fours, twos and
+// ones: every row count around a multiple of four, with token counts that
+// leave every remainder, must match the Go kernels, and so must weights of -128 (which
+// ggml never writes but a file may hold) against activations of ±127.
+func TestQuantEdges(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, typ := range []tensor.DType{tensor.Q8_0, tensor.Q4_0} {
+		for rows := 1; rows <= 9; rows++ {
+			for _, n := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 11} {
+				cols := 64
+				w, _ := randMatrix(t, rng, typ, rows, cols)
+				x := randFloats(rng, n*cols)
+				if typ == tensor.Q8_0 {
+					for r := 0; r < rows; r++ {
+						for b := 0; b < 2; b++ {
+							blk := w.Data[r*68+b*34:]
+							for j := 2; j < 34; j++ {
+								if rng.IntN(3) == 0 {
+									blk[j] = 0x80
+								}
+							}
+						}
+					}
+					for i := range x {
+						x[i] = float32(rng.IntN(3)-1) * 5 // all ±amax or 0
+					}
+				}
+				var simd, gen []float32
+				withPath(true, func() { simd = matMulNew(2, w, x, n) })
+				withPath(false, func() { gen = matMulNew(2, w, x, n) })
+				if i := firstBitDiff(simd, gen); i >= 0 {
+					t.Fatalf("%s %d rows n=%d: token %d row %d: SIMD %g, Go %g", typ, rows, n, i/rows, i%rows, simd[i], gen[i])
+				}
+			}
+		}
+	}
+}
+
+// With weights of -128 the Go kernel still computes the exact product: a
+// row of -128s (scale 1) against x = 127 everywhere is -128·127·64.
+func TestQuantMinusOneTwentyEight(t *testing.T) {
+	data := make([]byte, 68)
+	for b := 0; b < 2; b++ {
+		data[b*34], data[b*34+1] = 0x00, 0x3c // float16 1.0
+		for j := 2; j < 34; j++ {
+			data[b*34+j] = 0x80
+		}
+	}
+	w := &Matrix{Type: tensor.Q8_0, Rows: 1, Cols: 64, Data: data}
+	x := make([]float32, 64)
+	for i := range x {
+		x[i] = 127
+	}
+	for _, simd := range []bool{false, true} {
+		if simd && !hasAVX2 {
+			continue
+		}
+		var out []float32
+		withPath(simd, func() { out = matMulNew(1, w, x, 1) })
+		if want := float32(-128 * 127 * 64); out[0] != want {
+			t.Errorf("simd=%v: got %g, want %g", simd, out[0], want)
+		}
+	}
+}
+
+// The AVX2 activation quantiser writes the same bytes as quantizeGo, for
+// ordinary values, exact rounding ties, all-zero blocks, subnormals and
+// the non-finite values that only a broken model produces.
+func TestQuantizeSIMDMatchesGo(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	blocks := [][]float32{
+		make([]float32, 32), // all zero
+		{127, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5, float32(math.Copysign(0, -1))},
+		{1e-45, -1e-45, 3e-39, -3e-39},
+		{nan, 1, 2},
+		{inf, 1, -2},
+		{-inf, 1, 2},
+		{math.MaxFloat32, -math.MaxFloat32, 1},
+	}
+	for k := 0; k < 200; k++ {
+		blocks = append(blocks, randFloats(rng, 32))
+	}
+	var x []float32
+	for _, b := range blocks {
+		blk := make([]float32, 32)
+		copy(blk, b)
+		x = append(x, blk...)
+	}
+	nb := len(x) / 32
+	got, want := make([]byte, nb*xBlockBytes), make([]byte, nb*xBlockBytes)
+	quantizeSIMD(got, x)
+	quantizeGo(want, x)
+	for i := range got {
+		if got[i] != want[i] {
+			b := i / xBlockBytes
+			t.Fatalf("block %d (%v) byte %d: SIMD %#x, Go %#x", b, x[b*32:b*32+32], i%xBlockBytes, got[i], want[i])
+		}
+	}
+}
+
+// MatMul allocates nothing once its scratch has grown, on any path and
+// for any token count (the quantised kernels have one-token, four-token
+// and partial-four-row paths).
+func TestMatMulAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	p := NewPool(2)
+	defer p.Close()
+	for _, typ := range allTypes {
+		w, _ := randMatrix(t, rng, typ, 130, 256)
+		x := randFloats(rng, 9*256)
+		out := make([]float32, 9*130)
+		p.MatMul(out, w, x, 9)
+		for _, n := range []int{1, 4, 9} {
+			if a := testing.AllocsPerRun(20, func() { p.MatMul(out, w, x, n) }); a != 0 {
+				t.Errorf("%s n=%d: %v allocations per MatMul", typ, n, a)
+			}
+		}
+	}
+}
+
+// The plain kernels take tokens in threes (two rows at a time), fours and
+// ones: every mix of row parity, token remainder and column tail must
+// match the Go kernels.
+func TestPlainEdges(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, typ := range []tensor.DType{tensor.F32, tensor.F16, tensor.BF16} {
+		for rows := 1; rows <= 5; rows++ {
+			for n := 1; n <= 10; n++ {
+				for _, cols := range []int{5, 16, 37} {
+					w, _ := randMatrix(t, rng, typ, rows, cols)
+					x := randFloats(rng, n*cols)
+					var simd, gen []float32
+					withPath(true, func() { simd = matMulNew(1, w, x, n) })
+					withPath(false, func() { gen = matMulNew(1, w, x, n) })
+					if i := firstBitDiff(simd, gen); i >= 0 {
+						t.Fatalf("%s %dx%d n=%d: token %d row %d: SIMD %g, Go %g", typ, rows, cols, n, i/rows, i%rows, simd[i], gen[i])
+					}
+				}
+			}
+		}
+	}
+}

@@ -9,15 +9,22 @@ import "math"
 // +0. The lanes are reduced by reduce16, and then the len%16 tail elements
 // are added one by one, again with fused multiply-adds.
 //
-// Q8_0 and Q4_0 rows against Q8_0-quantised activations: for each block b,
-// the scale is d = dw·dx (one float32 multiply), and 8 exact integer lane
-// sums s[k] = Σ_{j=4k..4k+3} w[j]·x[j] are formed. Lane k accumulates
-// acc[k] = fma(d, s[k], acc[k]) block by block. The lanes are reduced by
-// reduce8.
+// Q8_0 and Q4_0 rows against Q8_0-quantised activations: two float32
+// accumulators lo and hi, both starting from +0. For each block b in turn,
+// the scale is d = dw·dx (one float32 multiply), S_lo and S_hi are the
+// exact integer sums of w[j]·x[j] over the block's elements 0..15 and
+// 16..31, and lo = fma(d, S_lo, lo), hi = fma(d, S_hi, hi). The result is
+// lo + hi. Integer sums are exact in any order, so the SIMD code may form
+// them however it likes; only the float operations above are fixed.
 //
-// Sixteen and eight lanes are what AVX2 holds in two and one ymm registers;
-// with four tokens sharing one pass over a weight row that is the most the
-// sixteen ymm registers can keep live.
+// The halves are the two 128-bit lanes of an AVX2 register: the assembly
+// reduces four rows' products at once with in-lane unpacks and adds, which
+// leaves lo and hi of four rows side by side in one register, so one
+// convert, one multiply and one fused multiply-add serve four rows.
+//
+// Sixteen lanes for the plain types are what AVX2 holds in two ymm
+// registers; two rows by three tokens (twelve accumulators) sharing one
+// pass is the most the sixteen ymm registers can keep live.
 
 // fma32 returns a·b+c rounded once to float32, as VFMADD does.
 //

@@ -43,14 +43,18 @@ type Pool struct {
 	// does not touch it again until every chunk is finished; a thread reads
 	// it only after claiming a chunk, which the job cannot outlive.
 	job struct {
-		w       *Matrix
-		x       []float32
-		xq      []byte
-		n       int
-		out     []float32
-		chunk   int // rows per chunk, a multiple of 16
-		closing bool
+		w     *Matrix
+		x     []float32
+		xq    []byte
+		n     int
+		out   []float32
+		chunk int // rows per chunk, a multiple of 16
 	}
+
+	// closing is atomic, not part of job: a worker that wakes late for a
+	// job the caller already finished alone reads it while Close may be
+	// writing it.
+	closing atomic.Bool
 
 	_   cacheLine
 	gen atomic.Uint32 // bumped to wake the workers for a job
@@ -97,7 +101,7 @@ func (p *Pool) Close() {
 		return
 	}
 	p.closed = true
-	p.job.closing = true
+	p.closing.Store(true)
 	p.publish(0)
 	p.wg.Wait()
 }
@@ -119,7 +123,7 @@ func (p *Pool) work(w *worker) {
 	var seen uint32
 	for {
 		seen = p.waitGen(w, seen)
-		if p.job.closing {
+		if p.closing.Load() {
 			return
 		}
 		if p.runChunks() && p.waiting.CompareAndSwap(true, false) {

@@ -24,16 +24,28 @@ func features() string {
 	return "generic"
 }
 
-// Assembly kernels (simd_plain_amd64.s, simd_quant_amd64.s). The x1 forms
-// write out[r] for rows r < rows of one token; the x4 forms do four tokens
-// at once, token t reading x+t*xstride and writing out+t*ostride (strides
-// in bytes), so each weight row is loaded once for four tokens.
+// Assembly kernels (simd_plain*_amd64.s, simd_quant_amd64.s,
+// simd_qx_amd64.s). The x1 forms write out[r] for rows r < rows of one
+// token; the x3 and x4 forms do three or four tokens at once, token t
+// reading x+t*xstride and writing out+t*ostride (strides in bytes), so
+// each weight block loaded serves every token of the call.
 
 //go:noescape
 func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
 
 //go:noescape
 func matF32x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+
+// matF32x3 and its F16 and BF16 twins do two rows by three tokens.
+//
+//go:noescape
+func matF32x3(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+
+//go:noescape
+func matF16x3(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
+
+//go:noescape
+func matBF16x3(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
 
 //go:noescape
 func matF16x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
@@ -53,11 +65,22 @@ func matQ8x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, ou
 //go:noescape
 func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 
+// matQ8x2 and matQ4x2 are the x4 kernels for two tokens.
+//
+//go:noescape
+func matQ8x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ4x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
 //go:noescape
 func matQ4x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 
 //go:noescape
 func matQ4x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func quantizeAVX2(dst *byte, x *float32, nb int)
 
 //go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
@@ -81,25 +104,26 @@ const tileBytes = 128 << 10
 func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
 	rb, _ := w.Type.RowBytes(w.Cols)
 	cols := w.Cols
-	tile := r1 - r0
-	if n > 4 {
-		tile = max(1, min(tile, tileBytes/rb))
-	}
+	// Tiles of a multiple of four rows: the quantised kernels take rows
+	// in fours, and a partial four costs as much as a whole one. With
+	// one pass per tile (n of 1 to 4) tiling changes nothing but the
+	// number of calls.
+	tile := max(4, min(r1-r0, tileBytes/rb&^3))
 	var p1 plainX1
-	var p4 plainX4
+	var p3, p4 plainX4
 	var q1 quantX1
-	var q4 quantX4
+	var q2, q4 quantX4
 	switch w.Type {
 	case tensor.F32:
-		p1, p4 = matF32x1, matF32x4
+		p1, p3, p4 = matF32x1, matF32x3, matF32x4
 	case tensor.F16:
-		p1, p4 = matF16x1, matF16x4
+		p1, p3, p4 = matF16x1, matF16x3, matF16x4
 	case tensor.BF16:
-		p1, p4 = matBF16x1, matBF16x4
+		p1, p3, p4 = matBF16x1, matBF16x3, matBF16x4
 	case tensor.Q8_0:
-		q1, q4 = matQ8x1, matQ8x4
+		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
 	default: // tensor.Q4_0
-		q1, q4 = matQ4x1, matQ4x4
+		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
 	}
 	nb := cols / 32
 	xs := nb * xBlockBytes
@@ -108,6 +132,17 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []flo
 		wp := unsafe.Pointer(&w.Data[t0*rb])
 		i := 0
 		if p1 != nil {
+			// Two rows by three tokens keeps the FMA units busier than
+			// one row by four, but a one-token pass rereads the rows
+			// for a single token: so as many threes as leave a multiple
+			// of four, then fours, then ones (only for n = 1, 2, 5).
+			fours := n % 3
+			if 4*fours > n {
+				fours = n / 4
+			}
+			for ; i+3 <= n-4*fours; i += 3 {
+				p3(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride+t0], ostride*4)
+			}
 			for ; i+4 <= n; i += 4 {
 				p4(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride+t0], ostride*4)
 			}
@@ -118,6 +153,10 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []flo
 		}
 		for ; i+4 <= n; i += 4 {
 			q4(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride+t0], ostride*4)
+		}
+		if i+2 <= n {
+			q2(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride+t0], ostride*4)
+			i += 2
 		}
 		for ; i < n; i++ {
 			q1(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), nb, &out[i*ostride+t0])
@@ -133,4 +172,13 @@ func dotSIMD(a, b []float32) float32 {
 
 func axpySIMD(y []float32, a float32, x []float32) {
 	axpyAVX2(&y[0], a, &x[:len(y)][0], len(y))
+}
+
+func quantizeSIMD(dst []byte, x []float32) {
+	nb := len(x) / 32
+	if nb == 0 {
+		return
+	}
+	_ = dst[nb*xBlockBytes-1]
+	quantizeAVX2(&dst[0], &x[0], nb)
 }
