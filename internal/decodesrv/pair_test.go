@@ -193,8 +193,10 @@ func TestDecodePoolFull(t *testing.T) {
 // mid-stream, or on prefill mid-transfer, frees everything on both sides
 // and never yields a success.
 func TestHangUps(t *testing.T) {
-	// A delay per frame keeps the transfer in flight long enough to cut.
-	p := startPair(t, setup{preFaults: "delay=30ms,seed=1"})
+	// A delay per frame keeps the transfer in flight long enough to cut: the
+	// prompt fits in one DATA frame, so OPEN, DATA and COMMIT take 300ms,
+	// well past the 150ms cuts below.
+	p := startPair(t, setup{preFaults: "delay=100ms,seed=1"})
 	prompt := encode("Lily and Tom went to the park. They saw a big dog and a cat and a bird")
 
 	t.Run("decode mid-transfer", func(t *testing.T) {
