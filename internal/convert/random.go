@@ -17,14 +17,17 @@ import (
 type Shape struct {
 	Name                                                   string
 	Dim, Hidden, Layers, Heads, KVHeads, Vocab, ContextLen int
+	// Arch is "llama" (the default when empty) or "qwen2" (attention
+	// biases, rotate-half RoPE).
+	Arch string
 }
 
 // Shapes are the benchmark shapes: the published sizes of llama2.c's
 // stories models and TinyLlama's 1.1B GQA layout.
 var Shapes = map[string]Shape{
-	"15M":  {"15M", 288, 768, 6, 6, 6, 32000, 256},
-	"110M": {"110M", 768, 2048, 12, 12, 12, 32000, 1024},
-	"1.1B": {"1.1B", 2048, 5632, 22, 32, 4, 32000, 2048},
+	"15M":  {"15M", 288, 768, 6, 6, 6, 32000, 256, ""},
+	"110M": {"110M", 768, 2048, 12, 12, 12, 32000, 1024, ""},
+	"1.1B": {"1.1B", 2048, 5632, 22, 32, 4, 32000, 2048, ""},
 }
 
 // ShapeNames lists the shapes in size order, for help text.
@@ -56,23 +59,41 @@ func Random(s Shape, seed uint64) (*Model, error) {
 		spec.Types = append(spec.Types, 5) // unused
 	}
 	hd := s.Dim / s.Heads
+	arch := s.Arch
+	if arch == "" {
+		arch = "llama"
+	}
 	cfg := model.Config{
-		Arch: "llama", Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads,
+		Arch: arch, Dim: s.Dim, Hidden: s.Hidden, Layers: s.Layers, Heads: s.Heads,
 		KVHeads: s.KVHeads, HeadDim: hd, Vocab: s.Vocab, ContextLen: s.ContextLen,
 		RopeTheta: 10000, RopeDim: hd, RopeScale: 1, NormEps: 1e-5, TiedOutput: true,
+	}
+	switch arch {
+	case "llama":
+	case "qwen2":
+		cfg.RopeStyle, cfg.QKVBias, cfg.RopeTheta = model.RopeHalf, true, 1000000
+	default:
+		return nil, fmt.Errorf("convert: no random generator for architecture %q", arch)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	g := rng{state: seed*0x9e3779b97f4a7c15 + 1}
 	m := &Model{Name: "random-" + s.Name, Config: cfg, Tokenizer: spec}
+	if cfg.Arch != "llama" {
+		m.Name += "-" + cfg.Arch
+	}
 	add := func(name string, shape ...int) {
 		n := shape[0]
 		if len(shape) > 1 {
 			n *= shape[1]
 		}
 		data := make([]byte, 4*n)
-		if len(shape) == 1 {
+		if strings.HasSuffix(name, ".bias") {
+			for i := 0; i < n; i++ {
+				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(0.1*g.float()))
+			}
+		} else if len(shape) == 1 {
 			for i := 0; i < n; i++ {
 				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(1))
 			}
@@ -93,6 +114,11 @@ func Random(s Shape, seed uint64) (*Model, error) {
 		add(p+"attn_q.weight", s.Dim, s.Dim)
 		add(p+"attn_k.weight", s.Dim, kvd)
 		add(p+"attn_v.weight", s.Dim, kvd)
+		if cfg.QKVBias {
+			add(p+"attn_q.bias", s.Dim)
+			add(p+"attn_k.bias", kvd)
+			add(p+"attn_v.bias", kvd)
+		}
 		add(p+"attn_output.weight", s.Dim, s.Dim)
 		add(p+"ffn_norm.weight", s.Dim)
 		add(p+"ffn_gate.weight", s.Dim, s.Hidden)
