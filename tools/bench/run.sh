@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Reproduces docs/benchmarks.md: every figure there comes from one run of
+# this script on one machine, with llama.cpp (node-llama-cpp, tools/node)
+# measured in the same run on the same files and thread counts.
+#
+#   bash tools/bench/run.sh [OUTDIR]     # default /tmp/bulkhead-bench
+#
+# Needs: Go, and `cd tools/node && npm ci --omit=optional --ignore-scripts`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-/tmp/bulkhead-bench}
+mkdir -p "$out"
+bh="$out/bulkhead"
+go build -o "$bh" ./cmd/bulkhead
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Models: random weights at the 110M shape (dim 768, hidden 2048, 12 layers, 12 heads).
+for t in f32 q8_0; do
+  [ -f "$out/r110m-$t.gguf" ] || "$bh" convert --random 110M --type "$t" --out "$out/r110m-$t.gguf"
+done
+
+echo "== bench model: Bulkhead vs llama.cpp, same file, same threads"
+for t in q8_0 f32; do
+  for th in 1 2; do
+    "$bh" bench model --model "$out/r110m-$t.gguf" --threads "$th" --reps 3 --peer --json | tail -1 | tee -a "$out/model.jsonl"
+  done
+done
+
+echo "== start to first token, embedded model (bulkhead generate --max-tokens 1), 10 runs"
+for i in $(seq 10); do
+  s=$(date +%s%N); "$bh" generate --prompt "Once upon a time" --max-tokens 1 >/dev/null; e=$(date +%s%N)
+  echo $(( (e - s) / 1000000 ))
+done | sort -n | awk '{a[NR]=$1} END {print "ms: min " a[1] ", median " a[int((NR+1)/2)] ", max " a[NR]}' | tee "$out/ttft-generate.txt"
+
+echo "== bench load against serve (110M Q8_0): concurrency 1, 8, 32"
+cat > "$out/serve.yaml" <<YAML
+model: $out/r110m-q8_0.gguf
+context_len: 512
+batch_tokens: 512
+max_sequences: 64
+kv:
+  page_size: 16
+  pages: 1280
+YAML
+"$bh" serve --config "$out/serve.yaml" --listen 127.0.0.1:18181 >"$out/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for i in $(seq 100); do curl -sf 127.0.0.1:18181/health >/dev/null && break; sleep 0.2; done
+"$bh" bench load --target http://127.0.0.1:18181 --concurrency 1,8,32 --requests 32 --max-tokens 64 --prompt-tokens 64 --warmup 2 --json | tee "$out/load-serve.jsonl"
+kill $pid; wait $pid 2>/dev/null || true
+
+echo "== bench load against a cluster: router + 1 prefill + 1 decode (110M Q8_0)"
+"$bh" cluster --prefill 1 --decode 1 --config "$out/serve.yaml" --listen 127.0.0.1:18182 >"$out/cluster.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for i in $(seq 300); do curl -sf 127.0.0.1:18182/ready >/dev/null && break; sleep 0.2; done
+"$bh" bench load --target http://127.0.0.1:18182 --concurrency 1,8,32 --requests 32 --max-tokens 64 --prompt-tokens 64 --warmup 2 --json | tee "$out/load-cluster.jsonl"
+kill $pid; wait $pid 2>/dev/null || true
+
+echo "== KV transfer vs raw TCP over loopback; cost of isolation (tag checks + scrubbing)"
+go test -run '^$' -bench 'Loopback' -count 5 ./internal/transfer/ | tee "$out/transfer.txt"
+go test -run '^$' -bench 'IsolationCost' -benchtime 3x -count 5 ./internal/engine/ | tee "$out/isolation.txt"
