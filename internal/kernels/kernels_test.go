@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
@@ -407,3 +408,34 @@ func TestPlainEdges(t *testing.T) {
 		}
 	}
 }
+
+// TestForCoversEveryItemOnce: For hands out disjoint chunks that cover
+// [0, n) exactly, with chunk indices below ForChunks(n), on any thread count.
+func TestForCoversEveryItemOnce(t *testing.T) {
+	for _, threads := range []int{1, 2, 3} {
+		p := NewPool(threads)
+		for _, n := range []int{1, 2, 7, 64, 1000} {
+			hits := make([]int32, n)
+			seen := make([]int32, p.ForChunks(n))
+			p.For(n, func(c, lo, hi int) {
+				atomicAdd(&seen[c], 1)
+				for i := lo; i < hi; i++ {
+					atomicAdd(&hits[i], 1)
+				}
+			})
+			for i, h := range hits {
+				if h != 1 {
+					t.Fatalf("threads=%d n=%d: item %d run %d times", threads, n, i, h)
+				}
+			}
+			for c, s := range seen {
+				if s > 1 {
+					t.Fatalf("threads=%d n=%d: chunk %d run %d times", threads, n, c, s)
+				}
+			}
+		}
+		p.Close()
+	}
+}
+
+func atomicAdd(p *int32, d int32) { atomic.AddInt32(p, d) }

@@ -49,6 +49,10 @@ type Pool struct {
 		n     int
 		out   []float32
 		chunk int // rows per chunk, a multiple of 16
+
+		// fn, when set, makes the job a For loop over [0, n) instead of
+		// a matrix product.
+		fn func(chunk, lo, hi int)
 	}
 
 	// closing is atomic, not part of job: a worker that wakes late for a
@@ -144,8 +148,12 @@ func (p *Pool) runChunks() bool {
 		}
 		j := &p.job
 		r0 := int(c) * j.chunk
-		r1 := min(j.w.Rows, r0+j.chunk)
-		matRows(j.w, r0, r1, j.x, j.xq, j.n, j.out, j.w.Rows)
+		if j.fn != nil {
+			j.fn(int(c), r0, min(j.n, r0+j.chunk))
+		} else {
+			r1 := min(j.w.Rows, r0+j.chunk)
+			matRows(j.w, r0, r1, j.x, j.xq, j.n, j.out, j.w.Rows)
+		}
 		last = p.finished.Add(1) == total
 	}
 }
@@ -271,6 +279,39 @@ func (p *Pool) MatMul(out []float32, w *Matrix, x []float32, n int) {
 		p.waitDone(total)
 	}
 	p.job.w, p.job.x, p.job.xq, p.job.out = nil, nil, nil, nil
+}
+
+// ForChunks is the number of chunks For splits n items into: at most
+// chunksPerThread per thread, and at most n.
+func (p *Pool) ForChunks(n int) int { return max(1, min(n, p.threads*chunksPerThread)) }
+
+// For calls fn for contiguous chunks covering [0, n) on the pool's threads
+// and returns when all have run. fn gets the chunk's index, below
+// ForChunks(n), so it can use per-chunk scratch; chunks may run in any
+// order and concurrently, so fn must only write what its range owns. The
+// forward pass runs attention this way, one (token, head) pair per item.
+func (p *Pool) For(n int, fn func(chunk, lo, hi int)) {
+	if p.closed {
+		panic("kernels: For on a closed Pool")
+	}
+	if n <= 0 {
+		return
+	}
+	chunks := p.ForChunks(n)
+	size := (n + chunks - 1) / chunks
+	total := (n + size - 1) / size
+	if p.threads == 1 || total == 1 {
+		for c := 0; c < total; c++ {
+			fn(c, c*size, min(n, (c+1)*size))
+		}
+		return
+	}
+	p.job.fn, p.job.n, p.job.chunk = fn, n, size
+	p.publish(total)
+	if !p.runChunks() {
+		p.waitDone(total)
+	}
+	p.job.fn = nil
 }
 
 // checkMatrix panics unless w is a matrix the kernels can multiply.

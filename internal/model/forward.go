@@ -42,7 +42,8 @@ type Runner struct {
 	hb, hb2    []float32 // [n][Hidden]
 	att        []float32 // [n][Heads*HeadDim]
 	logits     []float32 // [nLogits][Vocab]
-	scores     []float32 // [ContextLen]
+	scores     []float32 // [chunk][ContextLen], one row per attention chunk
+	attendFn   func(chunk, lo, hi int)
 	cos, sin   []float32 // [n][RopeDim/2]
 	spans      [][]Span  // per sequence, reused
 	tokSeq     []int32   // token -> index in the batch
@@ -66,7 +67,8 @@ func (m *Model) NewRunner(pool *kernels.Pool, maxTokens int) *Runner {
 	r.v = make([]float32, maxTokens*c.KVDim())
 	r.hb = make([]float32, maxTokens*c.Hidden)
 	r.hb2 = make([]float32, maxTokens*c.Hidden)
-	r.scores = make([]float32, c.ContextLen)
+	r.scores = make([]float32, pool.ForChunks(maxTokens*c.Heads)*c.ContextLen)
+	r.attendFn = r.attend
 	r.cos = make([]float32, maxTokens*c.RopeDim/2)
 	r.sin = make([]float32, maxTokens*c.RopeDim/2)
 	r.tokSeq = make([]int32, maxTokens)
@@ -250,43 +252,11 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 		row += len(s.Tokens)
 	}
 
-	// Attention, token by token: each token sees its own sequence's
-	// positions [0, pos] and nothing else.
-	scale := float32(math.Sqrt(float64(HD)))
-	group := c.Heads / c.KVHeads
-	for t := 0; t < n; t++ {
-		si := r.tokSeq[t]
-		out := r.att[t*QD : (t+1)*QD]
-		if r.failed[si] {
-			clear(out)
-			continue
-		}
-		pos := int(r.tokPos[t])
-		spans := r.spans[si]
-		for h := 0; h < c.Heads; h++ {
-			q := r.q[t*QD+h*HD : t*QD+(h+1)*HD]
-			koff := (h / group) * HD
-			scores := r.scores[:pos+1]
-			p := 0
-			for _, sp := range spans {
-				for off := 0; off < len(sp.K) && p <= pos; off += KVD {
-					scores[p] = kernels.Dot(q, sp.K[off+koff:off+koff+HD]) / scale
-					p++
-				}
-			}
-			kernels.Softmax(scores)
-			o := out[h*HD : (h+1)*HD]
-			clear(o)
-			p = 0
-			for _, sp := range spans {
-				for off := 0; off < len(sp.V) && p <= pos; off += KVD {
-					kernels.Axpy(o, scores[p], sp.V[off+koff:off+koff+HD])
-					p++
-				}
-			}
-		}
-	}
-
+	// Attention, one (token, head) pair per item, spread over the pool's
+	// threads: each token sees its own sequence's positions [0, pos] and
+	// nothing else, and each pair writes only its own output slice, so the
+	// split cannot change a bit of the result.
+	r.pool.For(n*c.Heads, r.attendFn)
 	r.pool.MatMul(r.xb2[:n*D], &w.O, r.att[:n*QD], n)
 	kernels.Add(r.x[:n*D], r.xb2[:n*D])
 
@@ -299,6 +269,47 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	kernels.SiLUMul(r.hb[:n*H], r.hb2[:n*H])
 	r.pool.MatMul(r.xb2[:n*D], &w.Down, r.hb[:n*H], n)
 	kernels.Add(r.x[:n*D], r.xb2[:n*D])
+}
+
+// attend computes attention for items [lo, hi) of the current layer, item
+// i being token i/Heads, head i%Heads, with chunk's scratch for scores.
+func (r *Runner) attend(chunk, lo, hi int) {
+	c := &r.m.Config
+	KVD, HD := c.KVDim(), c.HeadDim
+	QD := c.Heads * HD
+	scale := float32(math.Sqrt(float64(HD)))
+	group := c.Heads / c.KVHeads
+	scores := r.scores[chunk*c.ContextLen : (chunk+1)*c.ContextLen]
+	for i := lo; i < hi; i++ {
+		t, h := i/c.Heads, i%c.Heads
+		o := r.att[t*QD+h*HD : t*QD+(h+1)*HD]
+		si := r.tokSeq[t]
+		if r.failed[si] {
+			clear(o)
+			continue
+		}
+		pos := int(r.tokPos[t])
+		spans := r.spans[si]
+		q := r.q[t*QD+h*HD : t*QD+(h+1)*HD]
+		koff := (h / group) * HD
+		sc := scores[:pos+1]
+		p := 0
+		for _, sp := range spans {
+			for off := 0; off < len(sp.K) && p <= pos; off += KVD {
+				sc[p] = kernels.Dot(q, sp.K[off+koff:off+koff+HD]) / scale
+				p++
+			}
+		}
+		kernels.Softmax(sc)
+		clear(o)
+		p = 0
+		for _, sp := range spans {
+			for off := 0; off < len(sp.V) && p <= pos; off += KVD {
+				kernels.Axpy(o, sc[p], sp.V[off+koff:off+koff+HD])
+				p++
+			}
+		}
+	}
 }
 
 func (r *Runner) fail(i int, s *Seq, err error) {
