@@ -9,6 +9,8 @@ package perf
 import (
 	"sync"
 	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 )
 
 // ReadBandwidth returns the best observed read bandwidth in bytes per
@@ -18,14 +20,14 @@ func ReadBandwidth(size int, threads, reps int) float64 {
 	if threads < 1 {
 		threads = 1
 	}
-	words := size / 8
-	buf := make([]uint64, words)
+	words := size / 4
+	buf := make([]float32, words)
 	for i := range buf {
-		buf[i] = uint64(i) // touch every page so reads hit memory, not the zero page
+		buf[i] = float32(i & 1023) // touch every page so reads hit memory, not the zero page
 	}
-	chunk := words / threads
+	chunk := words / threads &^ 1
 	var best float64
-	var sink uint64
+	var sink float32
 	var mu sync.Mutex
 	for r := 0; r < reps; r++ {
 		var wg sync.WaitGroup
@@ -35,7 +37,7 @@ func ReadBandwidth(size int, threads, reps int) float64 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s := sumWords(part)
+				s := readAll(part)
 				mu.Lock()
 				sink += s
 				mu.Unlock()
@@ -46,25 +48,17 @@ func ReadBandwidth(size int, threads, reps int) float64 {
 			best = bw
 		}
 	}
-	if sink == 42 { // keep the sums observable so the reads are not optimised away
+	if sink == 42.5 { // keep the sums observable so the reads are not optimised away
 		best += 0
 	}
 	return best
 }
 
-// sumWords reads every word with four independent accumulators so the loop
-// is bounded by loads, not by the add chain.
-func sumWords(b []uint64) uint64 {
-	var s0, s1, s2, s3 uint64
-	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		s0 += b[i] ^ b[i+4]
-		s1 += b[i+1] ^ b[i+5]
-		s2 += b[i+2] ^ b[i+6]
-		s3 += b[i+3] ^ b[i+7]
-	}
-	for ; i < len(b); i++ {
-		s0 += b[i]
-	}
-	return s0 + s1 + s2 + s3
+// readAll reads every float once with the SIMD dot product (its two
+// halves against each other), the same kind of vector loads a matrix
+// product issues, so the figure is what the kernels can stream, not what a
+// scalar loop can.
+func readAll(b []float32) float32 {
+	h := len(b) / 2
+	return kernels.Dot(b[:h], b[h:2*h])
 }
