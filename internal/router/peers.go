@@ -34,6 +34,13 @@ type peer struct {
 	fails    int    // consecutive failed health checks or calls
 	why      string // why it is down, for logs and Peers()
 	inflight int    // requests this router has on it now
+
+	// slots bounds the prefills this router runs on the peer at once
+	// (prefill peers only). A request takes a slot before it reserves
+	// anything on decode, so requests queue here, holding nothing, rather
+	// than holding decode reservations whose leases expire while they wait
+	// for a busy prefill.
+	slots chan struct{}
 }
 
 // PeerStatus is a peer's state as the router last saw it.

@@ -48,6 +48,10 @@ type Options struct {
 	// CancelGiveUp bounds the retries of one cancel (default 30 s); past
 	// it, the peer's own reservation lease frees the pages.
 	CancelGiveUp time.Duration
+	// PrefillSlots bounds the prefills in flight on each prefill peer
+	// (default 4). Requests beyond it wait in the router before anything
+	// is reserved for them.
+	PrefillSlots int
 	// Registerer receives the router's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Log receives peer state changes and failures; nil discards.
@@ -87,6 +91,9 @@ func New(ctx context.Context, o Options) (*Router, error) {
 	if o.Scheme == "" {
 		o.Scheme = "http"
 	}
+	if o.PrefillSlots <= 0 {
+		o.PrefillSlots = 4
+	}
 	if o.TransferTimeout <= 0 {
 		o.TransferTimeout = 30 * time.Second
 	}
@@ -119,7 +126,11 @@ func New(ctx context.Context, o Options) (*Router, error) {
 				return nil, fmt.Errorf("router: peer %s is listed twice", a)
 			}
 			seen[a] = true
-			*set.dst = append(*set.dst, &peer{role: set.role, addr: a, base: o.Scheme + "://" + a})
+			pr := &peer{role: set.role, addr: a, base: o.Scheme + "://" + a}
+			if set.role == RolePrefill {
+				pr.slots = make(chan struct{}, o.PrefillSlots)
+			}
+			*set.dst = append(*set.dst, pr)
 		}
 	}
 	if err := r.handshake(ctx); err != nil {

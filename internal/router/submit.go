@@ -58,13 +58,25 @@ func (r *Router) Submit(ctx context.Context, a engine.Admitted) (*engine.Stream,
 	if err != nil {
 		return nil, err
 	}
-	if e := x.prefill(ctx); e != nil {
+	e := x.prefill(ctx)
+	<-x.p.slots // the prefill is over, whatever its outcome
+	if e != nil {
 		x.finish()
 		r.metrics.failure("prefill")
 		return nil, e
 	}
 	go x.stream(ctx)
 	return x.st, nil
+}
+
+// takeSlot waits for a prefill slot on p; false when ctx ended first.
+func takeSlot(ctx context.Context, p *peer) bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // reserve picks a pair and reserves on its decode peer. A decode peer
@@ -84,11 +96,16 @@ func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, er
 		x := &exchange{r: r, d: d, p: p, id: transfer.NewID().String(), req: req, st: engine.NewStream(),
 			resv: make(chan *errkind.Error, 1), term: make(chan engine.Result, 1)}
 		x.lctx, x.legs = context.WithCancel(r.ctx)
+		if !takeSlot(ctx, p) {
+			x.finish()
+			return nil, cancelled(ctx)
+		}
 		r.metrics.request(p, d)
 		e := x.reserve(ctx)
 		if e == nil {
-			return x, nil
+			return x, nil // the slot is given back when the prefill ends
 		}
+		<-p.slots
 		x.finish()
 		if e.Kind != errkind.Overload || e.Code == "decode_busy" || time.Now().Add(wait).After(deadline) {
 			r.metrics.failure("reserve")
