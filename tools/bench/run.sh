@@ -46,7 +46,10 @@ YAML
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for i in $(seq 100); do curl -sf 127.0.0.1:18181/health >/dev/null && break; sleep 0.2; done
-"$bh" bench load --target http://127.0.0.1:18181 --concurrency 1,8,32 --requests 32 --max-tokens 64 --prompt-tokens 64 --warmup 2 --json | tee "$out/load-serve.jsonl"
+# Decode-bound: short prompts, long outputs, so batching is what is measured.
+"$bh" bench load --target http://127.0.0.1:18181 --concurrency 1,8,32 --requests 32 --max-tokens 128 --prompt-tokens 8 --warmup 2 --json | tee "$out/load-serve-decode.jsonl" || true
+# Mixed: ~130-token prompts and 64-token outputs.
+"$bh" bench load --target http://127.0.0.1:18181 --concurrency 1,8,32 --requests 32 --max-tokens 64 --prompt-tokens 64 --warmup 2 --json | tee "$out/load-serve.jsonl" || true
 kill $pid; wait $pid 2>/dev/null || true
 
 echo "== bench load against a cluster: router + 1 prefill + 1 decode (110M Q8_0)"
@@ -54,7 +57,17 @@ echo "== bench load against a cluster: router + 1 prefill + 1 decode (110M Q8_0)
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for i in $(seq 300); do curl -sf 127.0.0.1:18182/ready >/dev/null && break; sleep 0.2; done
-"$bh" bench load --target http://127.0.0.1:18182 --concurrency 1,8,32 --requests 32 --max-tokens 64 --prompt-tokens 64 --warmup 2 --json | tee "$out/load-cluster.jsonl"
+"$bh" bench load --target http://127.0.0.1:18182 --concurrency 1,8,32 --requests 32 --max-tokens 128 --prompt-tokens 8 --warmup 2 --json | tee "$out/load-cluster-decode.jsonl" || true
+"$bh" bench load --target http://127.0.0.1:18182 --concurrency 1,8,32 --requests 32 --max-tokens 64 --prompt-tokens 64 --warmup 2 --json | tee "$out/load-cluster.jsonl" || true
+kill $pid; wait $pid 2>/dev/null || true
+
+echo "== serve with the isolation machinery off (kv.scrub: off; tag checks stay on), decode-bound"
+sed 's/^kv:$/kv:\n  scrub: off/' "$out/serve.yaml" > "$out/serve-noscrub.yaml"
+"$bh" serve --config "$out/serve-noscrub.yaml" --listen 127.0.0.1:18183 >"$out/serve-noscrub.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null || true' EXIT
+for i in $(seq 100); do curl -sf 127.0.0.1:18183/health >/dev/null && break; sleep 0.2; done
+"$bh" bench load --target http://127.0.0.1:18183 --concurrency 32 --requests 32 --max-tokens 128 --prompt-tokens 8 --warmup 2 --json | tee "$out/load-serve-noscrub.jsonl" || true
 kill $pid; wait $pid 2>/dev/null || true
 
 echo "== KV transfer vs raw TCP over loopback; cost of isolation (tag checks + scrubbing)"
