@@ -44,7 +44,7 @@ func ReadBandwidth(size int, threads, reps int) float64 {
 			}()
 		}
 		wg.Wait()
-		if bw := float64(threads*chunk*8) / time.Since(start).Seconds(); bw > best {
+		if bw := float64(threads*chunk*4) / time.Since(start).Seconds(); bw > best {
 			best = bw
 		}
 	}
