@@ -232,7 +232,7 @@ func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int) (*reserva
 		rs = &reservation{seq: seq, outcome: make(chan outcome, 1)}
 		s.res[id] = rs
 		s.live.Store(int64(s.table.Live()))
-		s.tm.started.Inc()
+		s.tm.Started.Inc()
 	})
 	if !ok {
 		return nil, errkind.New(errkind.Overload, "shutting_down", "the decode server is shutting down")

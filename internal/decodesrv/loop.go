@@ -142,12 +142,12 @@ func (s *Server) apply(acts []transfer.Action) {
 				delete(s.res, a.ID) // the generate request owns the sequence now
 				r.tell(outcome{ready: true, tokens: a.Tokens, first: a.FirstToken})
 			}
-			s.tm.completed.Inc()
+			s.tm.Completed.Inc()
 		case transfer.Fail:
 			if r := s.res[a.ID]; r != nil {
 				r.tell(outcome{err: a.Err})
 			}
-			s.tm.failed.WithLabelValues(a.Err.Code).Inc()
+			s.tm.Failed.WithLabelValues(a.Err.Code).Inc()
 			s.log.Info("kv transfer failed", "id", a.ID.String(), "code", a.Err.Code, "error", a.Err.Message)
 		case transfer.Release:
 			if r := s.res[a.ID]; r != nil {
@@ -188,7 +188,7 @@ func (s *Server) acceptKV(ctx context.Context, ln net.Listener) {
 // loop until it ends. A writer goroutine sends what the loop queues.
 func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 	if err := peerauth.Handshake(ctx, nc); err != nil {
-		s.tm.authFailures.Inc()
+		s.tm.AuthFailures.Inc()
 		s.log.Warn("kv connection refused", "remote", nc.RemoteAddr().String(), "error", err)
 		nc.Close()
 		return
@@ -218,7 +218,7 @@ func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 	for {
 		f, err := kc.c.Read()
 		if err == nil {
-			s.tm.bytes.Add(float64(f.Size()))
+			s.tm.Bytes.Add(float64(f.Size()))
 			if !s.post(func() { s.step(transfer.FrameIn{Peer: kc.id, Frame: f}) }) {
 				break
 			}

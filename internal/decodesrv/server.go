@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"log/slog"
 	"net"
 	"net/http"
@@ -54,7 +55,7 @@ type Server struct {
 	auth    *peerauth.Auth
 	limits  engine.Limits
 	threads *kernels.Pool
-	tm      *transferMetrics
+	tm      *server.TransferMetrics
 	ready   atomic.Bool
 	kvAddr  atomic.Value // string
 
@@ -97,7 +98,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	if opts.TickEvery <= 0 {
 		opts.TickEvery = 50 * time.Millisecond
 	}
-	m, lim, err := loadModel(cfg)
+	m, lim, err := server.LoadAndPreflight(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -108,15 +109,15 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]context.CancelFunc{},
 	}
 	s.kvAddr.Store("")
-	if s.Pool, err = buildPool(cfg, m, s.Metrics); err != nil {
+	if s.Pool, err = server.NewPool(cfg, m, s.Metrics); err != nil {
 		m.Close()
 		return nil, err
 	}
-	if s.Engine, s.threads, err = buildEngine(cfg, m, s.Pool, s.Metrics, lim); err != nil {
+	if s.Engine, s.threads, err = server.NewEngine(cfg, m, s.Pool, s.Metrics, lim, nil); err != nil {
 		m.Close()
 		return nil, err
 	}
-	s.tm = newTransferMetrics(s.Metrics, "KV transfers received and verified (Ready).",
+	s.tm = server.NewTransferMetrics(s.Metrics, "KV transfers received and verified (Ready).",
 		"kv_transfer_bytes_received_total", "Bytes of KV transfer frames received.")
 	s.Metrics.Registry.MustRegister(gaugeFunc("kv_reservations", "Live KV reservations (reserved, receiving or verifying).",
 		func() float64 { return float64(s.live.Load()) }))
@@ -146,7 +147,7 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	go s.loop(loopCtx)
 	gaugeCtx, stopGauges := context.WithCancel(context.Background())
 	gaugesDone := make(chan struct{})
-	go func() { defer close(gaugesDone); updateGauges(gaugeCtx, s.Pool, s.Metrics) }()
+	go func() { defer close(gaugesDone); server.UpdateGauges(gaugeCtx, s.Pool, s.Metrics) }()
 	acceptDone := make(chan struct{})
 	go func() { defer close(acceptDone); s.acceptKV(loopCtx, kvLn) }()
 

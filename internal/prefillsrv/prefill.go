@@ -172,7 +172,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 		if ctx.Err() != nil {
 			return fail(errCancelled, 0)
 		}
-		s.tm.failed.WithLabelValues("decode_unreachable").Inc()
+		s.tm.Failed.WithLabelValues("decode_unreachable").Inc()
 		return fail(errkind.Wrap(errkind.Unavailable, "decode_unreachable", err, "could not open an authenticated KV connection to the decode server"), 0)
 	}
 	cc := &countConn{Conn: transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes})}
@@ -184,7 +184,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	defer func() {
 		close(done)
 		c.Close()
-		s.tm.bytes.Add(float64(cc.n.Load()))
+		s.tm.Bytes.Add(float64(cc.n.Load()))
 	}()
 	events := make(chan transfer.Event, 64)
 	go func() {
@@ -210,7 +210,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 
 	s.sending.Add(1)
 	defer s.sending.Add(-1)
-	s.tm.started.Inc()
+	s.tm.Started.Inc()
 	start := time.Now()
 	var ok bool
 	var ferr *errkind.Error
@@ -224,10 +224,10 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 				}
 			case transfer.Done:
 				ok = true
-				s.tm.completed.Inc()
+				s.tm.Completed.Inc()
 			case transfer.Fail:
 				ferr = a.Err
-				s.tm.failed.WithLabelValues(a.Err.Code).Inc()
+				s.tm.Failed.WithLabelValues(a.Err.Code).Inc()
 				s.log.Info("kv transfer failed", "id", id.String(), "code", a.Err.Code, "error", a.Err.Message)
 			case transfer.Release:
 				release()

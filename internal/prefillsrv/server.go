@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,7 +56,7 @@ type Server struct {
 	auth    *peerauth.Auth
 	limits  engine.Limits
 	threads *kernels.Pool
-	tm      *transferMetrics
+	tm      *server.TransferMetrics
 	ready   atomic.Bool
 	sending atomic.Int64
 
@@ -83,21 +84,21 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	if opts.TickEvery <= 0 {
 		opts.TickEvery = 20 * time.Millisecond
 	}
-	m, lim, err := loadModel(cfg)
+	m, lim, err := server.LoadAndPreflight(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{Model: m, Metrics: metrics.New(), cfg: cfg, log: log, opts: opts, auth: auth, limits: lim,
 		active: map[transfer.ID]context.CancelFunc{}}
-	if s.Pool, err = buildPool(cfg, m, s.Metrics); err != nil {
+	if s.Pool, err = server.NewPool(cfg, m, s.Metrics); err != nil {
 		m.Close()
 		return nil, err
 	}
-	if s.Engine, s.threads, err = buildEngine(cfg, m, s.Pool, s.Metrics, lim); err != nil {
+	if s.Engine, s.threads, err = server.NewEngine(cfg, m, s.Pool, s.Metrics, lim, nil); err != nil {
 		m.Close()
 		return nil, err
 	}
-	s.tm = newTransferMetrics(s.Metrics, "KV transfers acknowledged by decode.",
+	s.tm = server.NewTransferMetrics(s.Metrics, "KV transfers acknowledged by decode.",
 		"kv_transfer_bytes_sent_total", "Bytes written to KV transfer connections, retransmissions included.")
 	s.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace,
 		Name: "kv_transfers_in_progress", Help: "KV transfers being sent now."},
@@ -120,7 +121,7 @@ func (s *Server) Run(ctx context.Context, controlLn net.Listener) error {
 	go func() { engineDone <- s.Engine.Run(engineCtx) }()
 	gaugeCtx, stopGauges := context.WithCancel(context.Background())
 	gaugesDone := make(chan struct{})
-	go func() { defer close(gaugesDone); updateGauges(gaugeCtx, s.Pool, s.Metrics) }()
+	go func() { defer close(gaugesDone); server.UpdateGauges(gaugeCtx, s.Pool, s.Metrics) }()
 
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}

@@ -26,7 +26,6 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/prefix"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server is an assembled single-process server.
@@ -140,46 +139,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 
 func (s *Server) build(plan Plan) error {
 	cfg := s.Config
-	pc := kv.ConfigFor(&s.Model.Config, cfg.KV.Pages, cfg.KV.PageSize)
-	switch cfg.KV.Scrub {
-	case config.ScrubPoison:
-		pc.Scrub = kv.ScrubPoison
-	case config.ScrubOff:
-		pc.Scrub = kv.ScrubOff
-	default:
-		pc.Scrub = kv.ScrubZero
-	}
-	tenantMax := map[string]int{}
-	for _, t := range cfg.Tenants {
-		if t.MaxKVPages > 0 {
-			if pc.TenantPages == nil {
-				pc.TenantPages = map[string]int{}
-			}
-			pc.TenantPages[t.Name] = t.MaxKVPages
-		}
-		if t.MaxConcurrentRequests > 0 {
-			tenantMax[t.Name] = t.MaxConcurrentRequests
-		}
-	}
 	var err error
-	if s.Pool, err = kv.NewPool(pc); err != nil {
+	if s.Pool, err = NewPool(cfg, s.Model, s.Metrics); err != nil {
 		return err
-	}
-	pool := s.Pool
-	s.Metrics.Registry.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_page_allocations_total",
-			Help: "KV pages handed out since start. A request rejected at admission never moves it."},
-			func() float64 { return float64(pool.Stats().Allocs) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_page_scrubs_total",
-			Help: "KV pages scrubbed on their way back to the free list."},
-			func() float64 { return float64(pool.Stats().Scrubs) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "kv_pool_pages",
-			Help: "Pages in the KV pool."},
-			func() float64 { return float64(cfg.KV.Pages) }),
-	)
-	ecfg := engine.Config{
-		Limits: plan.Limits, BatchTokens: cfg.BatchTokens, MaxRunning: cfg.MaxSequences,
-		MaxQueued: cfg.MaxQueue, TenantMaxRequests: tenantMax, Observer: observer{s.Metrics},
 	}
 	if cfg.PrefixCache.Enabled {
 		quotas := map[string]int{}
@@ -191,12 +153,8 @@ func (s *Server) build(plan Plan) error {
 		if s.Prefix, err = prefix.New(s.Pool, prefix.Config{MaxBlocks: cfg.PrefixCache.MaxBlocks, NamespaceBlocks: quotas}); err != nil {
 			return err
 		}
-		ecfg.Prefix = s.Prefix
-		ecfg.Namespace = cfg.PrefixNamespace
 	}
-	s.threads = kernels.NewPool(cfg.Threads)
-	if s.Engine, err = engine.New(ecfg, s.Model, s.threads, s.Pool); err != nil {
-		s.threads.Close()
+	if s.Engine, s.threads, err = NewEngine(cfg, s.Model, s.Pool, s.Metrics, plan.Limits, s.Prefix); err != nil {
 		return err
 	}
 	s.API, err = api.New(api.Options{
@@ -229,7 +187,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	gaugesCtx, stopGauges := context.WithCancel(ctx)
 	go func() {
 		defer close(gaugesDone)
-		s.updateGauges(gaugesCtx)
+		UpdateGauges(gaugesCtx, s.Pool, s.Metrics)
 	}()
 	defer func() { stopGauges(); <-gaugesDone }()
 
@@ -259,40 +217,4 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	}
 	<-served
 	return err
-}
-
-// updateGauges refreshes pool-level gauges four times a second.
-func (s *Server) updateGauges(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	seen := map[string]bool{}
-	for {
-		st := s.Pool.Stats()
-		s.Metrics.SetKVPagesFree(st.Free)
-		for tenant := range seen {
-			if _, ok := st.TenantPages[tenant]; !ok {
-				s.Metrics.SetKVPagesUsed(tenant, 0)
-			}
-		}
-		for tenant, n := range st.TenantPages {
-			s.Metrics.SetKVPagesUsed(tenant, n)
-			seen[tenant] = true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// observer adapts metrics to engine.Observer.
-type observer struct{ m *metrics.Metrics }
-
-func (o observer) ObserveStep(tokens, running, queued int) { o.m.ObserveStep(tokens, running, queued) }
-func (o observer) Preempted(tenant string)                 { o.m.Preempted(tenant) }
-func (o observer) OwnershipViolation()                     { o.m.OwnershipViolation() }
-func (o observer) PrefixLookup(tenant string, hit, miss int) {
-	o.m.PrefixCacheHit(tenant, hit)
-	o.m.PrefixCacheMiss(tenant, miss)
 }

@@ -1,4 +1,4 @@
-package prefillsrv
+package server
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
-	"github.com/bulkhead-llm/bulkhead/internal/server"
+	"github.com/bulkhead-llm/bulkhead/internal/prefix"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// buildPool makes the KV pool the way serve does (scrub mode, tenant page
+// NewPool makes the KV pool the way serve does (scrub mode, tenant page
 // quotas) and registers the pool-level metrics serve registers, plus the
 // live lease count.
-func buildPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics) (*kv.Pool, error) {
+func NewPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics) (*kv.Pool, error) {
 	pc := kv.ConfigFor(&m.Config, cfg.KV.Pages, cfg.KV.PageSize)
 	switch cfg.KV.Scrub {
 	case config.ScrubPoison:
@@ -56,21 +56,26 @@ func buildPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics) (*kv.Po
 	return pool, nil
 }
 
-// buildEngine makes the engine as serve does, without a prefix cache:
-// a decode server's sequences arrive filled by transfers, and a prefill
-// server's leave as handoffs.
-func buildEngine(cfg *config.Config, m *model.Model, pool *kv.Pool, reg *metrics.Metrics, lim engine.Limits) (*engine.Engine, *kernels.Pool, error) {
+// NewEngine makes the engine for cfg, with its own compute threads. pfx
+// is the prefix cache, nil for none (the disaggregated roles run without
+// one: a decode server's sequences arrive filled by transfers, and a
+// prefill server's leave as handoffs).
+func NewEngine(cfg *config.Config, m *model.Model, pool *kv.Pool, reg *metrics.Metrics, lim engine.Limits, pfx *prefix.Cache) (*engine.Engine, *kernels.Pool, error) {
 	tenantMax := map[string]int{}
 	for _, t := range cfg.Tenants {
 		if t.MaxConcurrentRequests > 0 {
 			tenantMax[t.Name] = t.MaxConcurrentRequests
 		}
 	}
-	threads := kernels.NewPool(cfg.Threads)
-	e, err := engine.New(engine.Config{
+	ecfg := engine.Config{
 		Limits: lim, BatchTokens: cfg.BatchTokens, MaxRunning: cfg.MaxSequences,
-		MaxQueued: cfg.MaxQueue, TenantMaxRequests: tenantMax, Observer: observer{reg},
-	}, m, threads, pool)
+		MaxQueued: cfg.MaxQueue, TenantMaxRequests: tenantMax, Observer: Observer{reg},
+	}
+	if pfx != nil {
+		ecfg.Prefix, ecfg.Namespace = pfx, cfg.PrefixNamespace
+	}
+	threads := kernels.NewPool(cfg.Threads)
+	e, err := engine.New(ecfg, m, threads, pool)
 	if err != nil {
 		threads.Close()
 		return nil, nil, err
@@ -78,23 +83,23 @@ func buildEngine(cfg *config.Config, m *model.Model, pool *kv.Pool, reg *metrics
 	return e, threads, nil
 }
 
-// loadModel loads and preflights the model for cfg (changing cfg: its
+// LoadAndPreflight loads and preflights the model for cfg (changing cfg: its
 // defaults are resolved).
-func loadModel(cfg *config.Config) (*model.Model, engine.Limits, error) {
-	m, err := server.LoadModel(cfg)
+func LoadAndPreflight(cfg *config.Config) (*model.Model, engine.Limits, error) {
+	m, err := LoadModel(cfg)
 	if err != nil {
 		return nil, engine.Limits{}, err
 	}
-	if _, err := server.Preflight(cfg, m); err != nil {
+	if _, err := Preflight(cfg, m); err != nil {
 		m.Close()
 		return nil, engine.Limits{}, err
 	}
-	return m, server.Limits(cfg), nil
+	return m, Limits(cfg), nil
 }
 
-// updateGauges refreshes the kv_pages gauges four times a second, as serve
+// UpdateGauges refreshes the kv_pages gauges four times a second, as serve
 // does.
-func updateGauges(ctx context.Context, pool *kv.Pool, reg *metrics.Metrics) {
+func UpdateGauges(ctx context.Context, pool *kv.Pool, reg *metrics.Metrics) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	seen := map[string]bool{}
@@ -118,37 +123,38 @@ func updateGauges(ctx context.Context, pool *kv.Pool, reg *metrics.Metrics) {
 	}
 }
 
-// observer adapts metrics to engine.Observer.
-type observer struct{ m *metrics.Metrics }
+// Observer adapts metrics to engine.Observer.
+type Observer struct{ m *metrics.Metrics }
 
-func (o observer) ObserveStep(tokens, running, queued int) { o.m.ObserveStep(tokens, running, queued) }
-func (o observer) Preempted(tenant string)                 { o.m.Preempted(tenant) }
-func (o observer) OwnershipViolation()                     { o.m.OwnershipViolation() }
-func (o observer) PrefixLookup(tenant string, hit, miss int) {
+func (o Observer) ObserveStep(tokens, running, queued int) { o.m.ObserveStep(tokens, running, queued) }
+func (o Observer) Preempted(tenant string)                 { o.m.Preempted(tenant) }
+func (o Observer) OwnershipViolation()                     { o.m.OwnershipViolation() }
+func (o Observer) PrefixLookup(tenant string, hit, miss int) {
 	o.m.PrefixCacheHit(tenant, hit)
 	o.m.PrefixCacheMiss(tenant, miss)
 }
 
-// transferMetrics are the KV transfer counters of one role.
-type transferMetrics struct {
-	started, completed prometheus.Counter
-	failed             *prometheus.CounterVec
-	bytes              prometheus.Counter
-	authFailures       prometheus.Counter
+// TransferMetrics are the KV transfer counters of one role.
+type TransferMetrics struct {
+	Started, Completed prometheus.Counter
+	Failed             *prometheus.CounterVec
+	Bytes              prometheus.Counter
+	AuthFailures       prometheus.Counter
 }
 
-func newTransferMetrics(reg *metrics.Metrics, completedHelp, bytesName, bytesHelp string) *transferMetrics {
-	t := &transferMetrics{
-		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_started_total",
+// NewTransferMetrics registers one role's transfer counters on reg.
+func NewTransferMetrics(reg *metrics.Metrics, completedHelp, bytesName, bytesHelp string) *TransferMetrics {
+	t := &TransferMetrics{
+		Started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_started_total",
 			Help: "KV transfers started."}),
-		completed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_completed_total",
+		Completed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_completed_total",
 			Help: completedHelp}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_failed_total",
+		Failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_failed_total",
 			Help: "KV transfers that ended in error, by error code."}, []string{"code"}),
-		bytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: bytesName, Help: bytesHelp}),
-		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "peer_auth_failures_total",
+		Bytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: bytesName, Help: bytesHelp}),
+		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "peer_auth_failures_total",
 			Help: "KV stream connections refused because the peer failed authentication."}),
 	}
-	reg.Registry.MustRegister(t.started, t.completed, t.failed, t.bytes, t.authFailures)
+	reg.Registry.MustRegister(t.Started, t.Completed, t.Failed, t.Bytes, t.AuthFailures)
 	return t
 }
