@@ -37,6 +37,7 @@ type fakeCluster struct {
 	dropAfter           int                           // decode drops the connection after this many tokens (0: never)
 	cancelFails         atomic.Int32                  // the first N cancels answer 500
 	tokens              int                           // tokens decode generates (default 3)
+	tokenGap            time.Duration                 // decode pauses this long between tokens
 	infoHook            func(*peerapi.Info)           // edit each info
 	decodeDelay         func(peerapi.GenerateRequest) // runs before reserving
 }
@@ -157,6 +158,13 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 				panic(http.ErrAbortHandler) // a dropped connection, not a clean end
 			}
 			send(peerapi.Event{Type: peerapi.EventTokens, Tokens: []int{100 + k}})
+			if f.tokenGap > 0 {
+				select {
+				case <-time.After(f.tokenGap):
+				case <-r.Context().Done():
+					return
+				}
+			}
 		}
 		send(peerapi.Event{Type: peerapi.EventDone, Finish: engine.FinishLength,
 			Usage: &engine.Usage{PromptTokens: len(req.Prompt), CompletionTokens: f.tokens}})
@@ -385,7 +393,7 @@ func (f *fakeCluster) prefillCalls() []string {
 
 func TestClientCancelMidStreamCancelsBothLegs(t *testing.T) {
 	f := newFake()
-	f.tokens = 400
+	f.tokens, f.tokenGap = 400, 5*time.Millisecond // 2 s of tokens: the cancel lands mid-stream
 	r, _ := f.start(t, 1, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := r.Submit(ctx, admitted(t, "acme", 7, 400))
