@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -58,10 +53,8 @@ var roleAnnounce = regexp.MustCompile(`^bulkhead: (prefill|decode) control on (\
 
 // rolePeer is a running prefill or decode process.
 type rolePeer struct {
-	cmd     *exec.Cmd
-	control string
-	stderr  *syncBuffer
-	exited  chan struct{}
+	*process
+	control string // host:port of its control listener
 }
 
 // startRole runs `bulkhead ROLE --config cfg --listen 127.0.0.1:0 ...`
@@ -72,88 +65,15 @@ func startRole(t *testing.T, role, cfg string, extra ...string) *rolePeer {
 	if role == "decode" {
 		args = append(args, "--kv-listen", "127.0.0.1:0")
 	}
-	cmd := exec.Command(bulkheadBinary(t), append(args, extra...)...)
-	p := &rolePeer{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := roleAnnounce.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[2]:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, out)
-	}()
-	go func() { cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			<-p.exited
-			t.Errorf("bulkhead %s did not stop within 20s of SIGTERM", role)
-		}
-		if t.Failed() {
-			t.Logf("bulkhead %v stderr:\n%s", args, p.stderr.String())
-		}
-	})
-	select {
-	case p.control = <-addr:
-	case <-p.exited:
-		t.Fatalf("bulkhead %s exited before announcing: %s", role, p.stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("bulkhead %s did not announce within 60s: %s", role, p.stderr.String())
-	}
-	return p
+	p, m := launch(t, roleAnnounce, append(args, extra...)...)
+	p.base, p.scrape = "https://"+m[2], scrapeClient
+	return &rolePeer{process: p, control: m[2]}
 }
 
 // scrapeClient reads peers' /metrics over their TLS control port; no
 // client certificate is needed for /metrics, and the test trusts the
 // loopback peer it started.
 var scrapeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-
-// metric sums the samples of name whose labels contain every one of labels.
-func (p *rolePeer) metric(t *testing.T, name string, labels ...string) float64 {
-	t.Helper()
-	resp, err := scrapeClient.Get("https://" + p.control + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			ok = ok && strings.Contains(line, l)
-		}
-		if ok {
-			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			sum += v
-		}
-	}
-	return sum
-}
 
 // waitNoLeak waits until every page of p's pool is free again and no
 // lease or reservation is left.

@@ -52,7 +52,8 @@ func bulkheadBinary(t testing.TB) string {
 // process is a bulkhead process started by a test.
 type process struct {
 	cmd    *exec.Cmd
-	base   string // http://host:port
+	base   string       // scheme://host:port of its HTTP listener
+	scrape *http.Client // for /metrics; nil: http.DefaultClient
 	stderr *syncBuffer
 	exited chan error
 }
@@ -77,11 +78,20 @@ func (s *syncBuffer) String() string {
 var servingLine = regexp.MustCompile(`on http://([^/\s]+)/v1`)
 
 // startBulkhead runs `bulkhead args...` with --listen 127.0.0.1:0 (the
-// kernel picks the port), waits for the line announcing the address, and
-// stops the process with SIGTERM when the test ends.
+// kernel picks the port) and waits for the line announcing the address.
 func startBulkhead(t testing.TB, args ...string) *process {
 	t.Helper()
-	cmd := exec.Command(bulkheadBinary(t), append(args, "--listen", "127.0.0.1:0")...)
+	p, m := launch(t, servingLine, append(args, "--listen", "127.0.0.1:0")...)
+	p.base = "http://" + m[1]
+	return p
+}
+
+// launch runs `bulkhead args...`, waits for the first stdout line matching
+// announce and returns its submatches. The process is stopped with SIGTERM
+// when the test ends (killed if it does not stop within 20s).
+func launch(t testing.TB, announce *regexp.Regexp, args ...string) (*process, []string) {
+	t.Helper()
+	cmd := exec.Command(bulkheadBinary(t), args...)
 	p := &process{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
@@ -91,13 +101,13 @@ func startBulkhead(t testing.TB, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addr := make(chan string, 1)
+	found := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
+			if m := announce.FindStringSubmatch(sc.Text()); m != nil {
 				select {
-				case addr <- m[1]:
+				case found <- m:
 				default:
 				}
 			}
@@ -119,14 +129,14 @@ func startBulkhead(t testing.TB, args ...string) *process {
 		}
 	})
 	select {
-	case a := <-addr:
-		p.base = "http://" + a
+	case m := <-found:
+		return p, m
 	case err := <-p.exited:
-		t.Fatalf("bulkhead %v exited before serving: %v\n%s", args, err, p.stderr.String())
+		t.Fatalf("bulkhead %v exited before announcing itself: %v\n%s", args, err, p.stderr.String())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("bulkhead %v did not announce its address within 60s\n%s", args, p.stderr.String())
+		t.Fatalf("bulkhead %v did not announce itself within 60s\n%s", args, p.stderr.String())
 	}
-	return p
+	return nil, nil
 }
 
 // client returns an official OpenAI client for the process, with key.
@@ -142,7 +152,11 @@ func (p *process) client(key string) openai.Client {
 // one of labels (e.g. `state="free"`), read from /metrics.
 func (p *process) metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	resp, err := http.Get(p.base + "/metrics")
+	c := p.scrape
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Get(p.base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
