@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 	"github.com/prometheus/client_golang/prometheus"
 )
