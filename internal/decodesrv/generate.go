@@ -12,6 +12,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -169,34 +170,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 // admit checks a generate request against this server's own limits
 // before anything is reserved.
 func (s *Server) admit(req peerapi.GenerateRequest) (transfer.ID, engine.Admitted, error) {
-	id, err := transfer.ParseID(req.ID)
+	id, a, err := server.AdmitPeer(req.ID, req.Tenant, req.Prompt, req.MaxTokens, req.Sampling, s.Model.Config.Vocab, s.limits)
 	if err != nil {
-		return id, engine.Admitted{}, errkind.Wrap(errkind.BadInput, transfer.CodeProtocol, err, "the transfer id is not 32 hex digits")
+		return id, a, err
 	}
-	if id.IsZero() {
-		return id, engine.Admitted{}, errkind.New(errkind.BadInput, transfer.CodeProtocol, "the transfer id is zero")
-	}
-	if req.Tenant == "" || len(req.Tenant) > transfer.MaxString {
-		return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_tenant", "the tenant name is empty or longer than %d bytes", transfer.MaxString)
-	}
-	for i, t := range req.Prompt {
-		if t < 0 || t >= s.Model.Config.Vocab {
-			return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_prompt", "prompt token %d is %d, outside the vocabulary of %d", i, t, s.Model.Config.Vocab)
-		}
-	}
-	a, rej := engine.Admit(engine.Request{Tenant: req.Tenant, Prompt: req.Prompt, MaxTokens: req.MaxTokens, Sampling: req.Sampling.Params()}, s.limits)
-	if rej != nil {
-		return id, a, rej
-	}
-	if lim, ok := s.Pool.Config().TenantPages[req.Tenant]; ok {
-		ps := s.cfg.KV.PageSize
-		if need := (len(req.Prompt) + req.MaxTokens + ps - 1) / ps; need > lim {
-			e := errkind.New(errkind.BadInput, "context_length_exceeded",
-				"prompt has %d tokens and max_tokens is %d, %d in all; this tenant may hold at most %d KV pages (%d tokens)",
-				len(req.Prompt), req.MaxTokens, len(req.Prompt)+req.MaxTokens, lim, lim*ps)
-			e.Param = "max_tokens"
-			return id, engine.Admitted{}, e
-		}
+	// Pages are reserved before the engine sees the request, so the
+	// engine's quota check must run here first.
+	if rej := engine.TenantPagesFit(s.Pool, a.Request()); rej != nil {
+		return id, engine.Admitted{}, rej
 	}
 	return id, a, nil
 }

@@ -129,6 +129,26 @@ func (e *Engine) Stats() Stats {
 	}
 }
 
+// TenantPagesFit rejects a request that needs more KV pages (prompt plus
+// max_tokens) than its tenant may ever hold in pool: it could only wait
+// forever. A server that allocates pages before submitting (a decode
+// server reserving for a transfer) calls it first too.
+func TenantPagesFit(pool *kv.Pool, req Request) *errkind.Error {
+	lim, ok := pool.Config().TenantPages[req.Tenant]
+	if !ok {
+		return nil
+	}
+	_, pageSize := pool.Capacity()
+	if need := (len(req.Prompt) + req.MaxTokens + pageSize - 1) / pageSize; need > lim {
+		e := errkind.New(errkind.BadInput, "context_length_exceeded",
+			"prompt has %d tokens and max_tokens is %d, %d in all; this API key's tenant may hold at most %d KV pages (%d tokens)",
+			len(req.Prompt), req.MaxTokens, len(req.Prompt)+req.MaxTokens, lim, lim*pageSize)
+		e.Param = "max_tokens"
+		return e
+	}
+	return nil
+}
+
 // Submit implements Backend.
 func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {
 	return e.submit(ctx, a, nil)
@@ -188,15 +208,8 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 		return nil, errkind.New(errkind.Internal, "not_admitted", "request was not admitted")
 	}
 	req := a.Request()
-	if lim, ok := e.pool.Config().TenantPages[req.Tenant]; ok {
-		_, pageSize := e.pool.Capacity()
-		if need := (len(req.Prompt) + req.MaxTokens + pageSize - 1) / pageSize; need > lim {
-			e := errkind.New(errkind.BadInput, "context_length_exceeded",
-				"prompt has %d tokens and max_tokens is %d, %d in all; this API key's tenant may hold at most %d KV pages (%d tokens)",
-				len(req.Prompt), req.MaxTokens, len(req.Prompt)+req.MaxTokens, lim, lim*pageSize)
-			e.Param = "max_tokens"
-			return nil, e
-		}
+	if rej := TenantPagesFit(e.pool, req); rej != nil {
+		return nil, rej
 	}
 	e.mu.Lock()
 	if e.closed {

@@ -10,6 +10,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -100,29 +101,10 @@ func await(ctx context.Context, st *engine.Stream) *engine.Result {
 // admit checks a prefill request against this server's own limits before
 // anything is computed or sent.
 func (s *Server) admit(req peerapi.PrefillRequest) (transfer.ID, engine.Admitted, error) {
-	id, err := transfer.ParseID(req.ID)
-	if err != nil {
-		return id, engine.Admitted{}, errkind.Wrap(errkind.BadInput, transfer.CodeProtocol, err, "the transfer id is not 32 hex digits")
-	}
-	if id.IsZero() {
-		return id, engine.Admitted{}, errkind.New(errkind.BadInput, transfer.CodeProtocol, "the transfer id is zero")
-	}
-	if req.Tenant == "" || len(req.Tenant) > transfer.MaxString {
-		return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_tenant", "the tenant name is empty or longer than %d bytes", transfer.MaxString)
-	}
 	if req.DecodeKVAddr == "" {
-		return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_request", "decode_kv_addr is empty")
+		return transfer.ID{}, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_request", "decode_kv_addr is empty")
 	}
-	for i, t := range req.Prompt {
-		if t < 0 || t >= s.Model.Config.Vocab {
-			return id, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_prompt", "prompt token %d is %d, outside the vocabulary of %d", i, t, s.Model.Config.Vocab)
-		}
-	}
-	a, rej := engine.Admit(engine.Request{Tenant: req.Tenant, Prompt: req.Prompt, MaxTokens: req.MaxTokens, Sampling: req.Sampling.Params()}, s.limits)
-	if rej != nil {
-		return id, a, rej
-	}
-	return id, a, nil
+	return server.AdmitPeer(req.ID, req.Tenant, req.Prompt, req.MaxTokens, req.Sampling, s.Model.Config.Vocab, s.limits)
 }
 
 // countConn counts the bytes written to the socket.

@@ -6,11 +6,14 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
 	"github.com/bulkhead-llm/bulkhead/internal/prefix"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -157,4 +160,31 @@ func NewTransferMetrics(reg *metrics.Metrics, completedHelp, bytesName, bytesHel
 	}
 	reg.Registry.MustRegister(t.Started, t.Completed, t.Failed, t.Bytes, t.AuthFailures)
 	return t
+}
+
+// AdmitPeer checks a request a router sent to a prefill or decode server:
+// a well-formed, non-zero transfer ID, a tenant name, prompt tokens inside
+// the vocabulary, then engine.Admit against this server's own limits.
+// Nothing is reserved or computed before it passes.
+func AdmitPeer(id, tenant string, prompt []int, maxTokens int, sampling peerapi.Sampling, vocab int, lim engine.Limits) (transfer.ID, engine.Admitted, error) {
+	tid, err := transfer.ParseID(id)
+	if err != nil {
+		return tid, engine.Admitted{}, errkind.Wrap(errkind.BadInput, transfer.CodeProtocol, err, "the transfer id is not 32 hex digits")
+	}
+	if tid.IsZero() {
+		return tid, engine.Admitted{}, errkind.New(errkind.BadInput, transfer.CodeProtocol, "the transfer id is zero")
+	}
+	if tenant == "" || len(tenant) > transfer.MaxString {
+		return tid, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_tenant", "the tenant name is empty or longer than %d bytes", transfer.MaxString)
+	}
+	for i, t := range prompt {
+		if t < 0 || t >= vocab {
+			return tid, engine.Admitted{}, errkind.New(errkind.BadInput, "invalid_prompt", "prompt token %d is %d, outside the vocabulary of %d", i, t, vocab)
+		}
+	}
+	a, rej := engine.Admit(engine.Request{Tenant: tenant, Prompt: prompt, MaxTokens: maxTokens, Sampling: sampling.Params()}, lim)
+	if rej != nil {
+		return tid, a, rej
+	}
+	return tid, a, nil
 }
