@@ -18,23 +18,41 @@ import (
 // for the backend's final Result (for honest usage) after cancelling.
 const cancelWait = 2 * time.Second
 
-func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, c *call) {
-	var req completionRequest
-	if err := decodeBody(r.Body, &req); err != nil {
-		s.writeError(w, r, err)
-		return
+// generationRequest is what the completion and chat bodies share.
+type generationRequest interface {
+	modelName() string
+	unsupported() *errkind.Error
+	resolve() (genParams, *errkind.Error)
+}
+
+// readRequest decodes a generation request body of type T and runs the
+// checks every endpoint shares: the model name, unsupported fields, and the
+// sampling and length parameters.
+func readRequest[T any, P interface {
+	*T
+	generationRequest
+}](s *Server, r *http.Request) (P, genParams, *errkind.Error) {
+	req := P(new(T))
+	if err := decodeBody(r.Body, req); err != nil {
+		return nil, genParams{}, err
 	}
-	if err := s.checkModel(req.Model); err != nil {
-		s.writeError(w, r, err)
-		return
+	if err := s.checkModel(req.modelName()); err != nil {
+		return nil, genParams{}, err
 	}
 	if err := req.unsupported(); err != nil {
-		s.writeError(w, r, err)
-		return
+		return nil, genParams{}, err
 	}
 	p, err := req.resolve()
 	if err != nil {
-		s.writeError(w, r, err)
+		return nil, genParams{}, err
+	}
+	return req, p, nil
+}
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, c *call) {
+	req, p, rerr := readRequest[completionRequest](s, r)
+	if rerr != nil {
+		s.writeError(w, r, rerr)
 		return
 	}
 	in, err := parsePrompt(req.Prompt, s.tok.VocabSize())
@@ -52,22 +70,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request, c *ca
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, c *call) {
-	var req chatRequest
-	if err := decodeBody(r.Body, &req); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := req.unsupported(); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	p, err := req.resolve()
-	if err != nil {
-		s.writeError(w, r, err)
+	req, p, rerr := readRequest[chatRequest](s, r)
+	if rerr != nil {
+		s.writeError(w, r, rerr)
 		return
 	}
 	msgs, err := parseMessages(req.Messages)

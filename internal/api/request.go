@@ -365,6 +365,9 @@ func contentText(raw json.RawMessage, i int) (string, *errkind.Error) {
 
 // unsupportedCompletion refuses completion fields that are accepted by
 // OpenAI but not implemented here, rather than silently ignoring them.
+func (c *completionRequest) modelName() string { return c.Model }
+func (c *chatRequest) modelName() string       { return c.Model }
+
 func (c *completionRequest) unsupported() *errkind.Error {
 	switch {
 	case c.Echo != nil && *c.Echo:
