@@ -54,12 +54,19 @@ type Plan struct {
 	KVBytes        int64
 	WeightBytes    int64
 	FullContextFit int // full-context requests the pool holds at once
+	// Notes are findings that do not stop the server but that an operator
+	// should read (a tenant quota below one full-context request, say).
+	Notes []string
 }
 
 func (p Plan) String() string {
-	return fmt.Sprintf("model %s (context %d); context_len %d, max_input_tokens %d; KV pool %d pages × %d tokens = %d tokens (%.1f MiB), %d full-context request(s) at once; weights %.1f MiB",
+	notes := ""
+	for _, n := range p.Notes {
+		notes += "; note: " + n
+	}
+	return fmt.Sprintf("model %s (context %d); context_len %d, max_input_tokens %d; KV pool %d pages × %d tokens = %d tokens (%.1f MiB), %d full-context request(s) at once; weights %.1f MiB%s",
 		p.Model, p.ModelContext, p.Limits.ContextLen, p.Limits.MaxInputTokens, p.Pages, p.PageSize, p.Limits.PoolTokens,
-		float64(p.KVBytes)/(1<<20), p.FullContextFit, float64(p.WeightBytes)/(1<<20))
+		float64(p.KVBytes)/(1<<20), p.FullContextFit, float64(p.WeightBytes)/(1<<20), notes)
 }
 
 // LoadModel opens the configured model (the embedded one when none is
@@ -102,7 +109,7 @@ func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
 		if need := (lim.ContextLen + cfg.KV.PageSize - 1) / cfg.KV.PageSize; t.MaxKVPages > 0 && t.MaxKVPages < need {
 			// Not fatal: the tenant is simply limited to shorter requests,
 			// which admission enforces. Say so loudly.
-			p.Model += fmt.Sprintf("; note: tenant %s's max_kv_pages %d holds fewer than one full-context request (%d pages)", t.Name, t.MaxKVPages, need)
+			p.Notes = append(p.Notes, fmt.Sprintf("tenant %s's max_kv_pages %d holds fewer than one full-context request (%d pages)", t.Name, t.MaxKVPages, need))
 		}
 	}
 	return p, nil
