@@ -83,22 +83,27 @@ func Softmax(x []float32) {
 	for _, v := range x[1:] {
 		m = max(m, v)
 	}
-	// Four partial sums, combined in a fixed order: the order depends on
-	// len(x) only.
-	var s [4]float32
+	// The exponentials first (eight at a time on the SIMD path, each the
+	// bits of expf), then four partial sums combined in a fixed order:
+	// the order depends on len(x) only.
 	i := 0
+	if useSIMD {
+		i = expShiftSIMD(x, m)
+	}
+	for ; i < len(x); i++ {
+		x[i] = expf(x[i] - m)
+	}
+	var s [4]float32
+	i = 0
 	for ; i+4 <= len(x); i += 4 {
-		for j := range s {
-			e := expf(x[i+j] - m)
-			x[i+j] = e
-			s[j] += e
-		}
+		s[0] += x[i]
+		s[1] += x[i+1]
+		s[2] += x[i+2]
+		s[3] += x[i+3]
 	}
 	sum := (s[0] + s[1]) + (s[2] + s[3])
 	for ; i < len(x); i++ {
-		e := expf(x[i] - m)
-		x[i] = e
-		sum += e
+		sum += x[i]
 	}
 	inv := 1 / sum
 	for i := range x {
@@ -110,7 +115,12 @@ func Softmax(x []float32) {
 // i < len(a).
 func SiLUMul(a, b []float32) {
 	b = b[:len(a)]
-	for i, v := range a {
+	i := 0
+	if useSIMD {
+		i = siluMulSIMD(a, b)
+	}
+	for ; i < len(a); i++ {
+		v := a[i]
 		a[i] = float32(v/(1+expf(-v))) * b[i]
 	}
 }
@@ -132,19 +142,14 @@ func expf(x float32) float32 {
 	switch {
 	case x != x:
 		return x
-	case x > 88.72283:
+	case x > expHi:
 		return float32(math.Inf(1))
-	case x < -87.33654:
+	case x < expLo:
 		return 0
 	}
-	const (
-		log2e = 1.44269504088896341
-		c1    = 0.693359375
-		c2    = -2.12194440e-4
-	)
-	n := float32(math.Floor(float64(float32(x*log2e)) + 0.5))
-	r := x - float32(n*c1)
-	r = r - float32(n*c2)
+	n := float32(math.Floor(float64(float32(x*expLog2e)) + 0.5))
+	r := x - float32(n*expC1)
+	r = r - float32(n*expC2)
 	p := float32(1.9875691500e-4)
 	p = float32(p*r) + 1.3981999507e-3
 	p = float32(p*r) + 8.3334519073e-3
@@ -158,3 +163,12 @@ func expf(x float32) float32 {
 	h := k / 2
 	return y * math.Float32frombits(uint32(h+127)<<23) * math.Float32frombits(uint32(k-h+127)<<23)
 }
+
+// expf's constants, shared with the SIMD table (attn_amd64.go).
+const (
+	expLog2e = 1.44269504088896341
+	expC1    = 0.693359375
+	expC2    = -2.12194440e-4
+	expHi    = 88.72283
+	expLo    = -87.33654
+)

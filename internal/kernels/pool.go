@@ -43,12 +43,14 @@ type Pool struct {
 	// does not touch it again until every chunk is finished; a thread reads
 	// it only after claiming a chunk, which the job cannot outlive.
 	job struct {
-		w     *Matrix
+		ps    [maxProducts]Product
+		first [maxProducts + 1]int // chunk index where product k starts
+		rows  [maxProducts]int     // rows per chunk of product k, a multiple of 16
+		np    int
 		x     []float32
 		xq    []byte
 		n     int
-		out   []float32
-		chunk int // rows per chunk, a multiple of 16
+		chunk int // For: items per chunk
 
 		// fn, when set, makes the job a For loop over [0, n) instead of
 		// a matrix product.
@@ -147,12 +149,17 @@ func (p *Pool) runChunks() bool {
 			return last
 		}
 		j := &p.job
-		r0 := int(c) * j.chunk
 		if j.fn != nil {
+			r0 := int(c) * j.chunk
 			j.fn(int(c), r0, min(j.n, r0+j.chunk))
 		} else {
-			r1 := min(j.w.Rows, r0+j.chunk)
-			matRows(j.w, r0, r1, j.x, j.xq, j.n, j.out, j.w.Rows)
+			k := 0
+			for int(c) >= j.first[k+1] {
+				k++
+			}
+			w := j.ps[k].W
+			r0 := (int(c) - j.first[k]) * j.rows[k]
+			matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.n, j.ps[k].Out, w.Rows)
 		}
 		last = p.finished.Add(1) == total
 	}
@@ -235,20 +242,61 @@ func matRows(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32
 // error): len(x) < n*w.Cols, len(out) < n*w.Rows, too little weight data,
 // an unsupported type, or Cols not a multiple of 32 for quantised types.
 func (p *Pool) MatMul(out []float32, w *Matrix, x []float32, n int) {
+	p.job.ps[0] = Product{W: w, Out: out}
+	p.matMuls(x, n, 1)
+}
+
+// Product is one matrix of a MatMuls call and where its result goes.
+type Product struct {
+	W   *Matrix
+	Out []float32 // token i's result at Out[i*W.Rows : (i+1)*W.Rows]
+}
+
+// maxProducts bounds a MatMuls call; a layer's largest group (query, key
+// and value) is three.
+const maxProducts = 4
+
+// MatMuls computes each product's MatMul of the same activations x, with
+// the bits MatMul gives, in one pass of the pool: x is quantised once, and
+// the threads are woken and waited for once rather than once per matrix.
+// Every W must have the same Cols. It panics for more than four products
+// or on the shapes MatMul panics on.
+func (p *Pool) MatMuls(x []float32, n int, ps []Product) {
+	if len(ps) > maxProducts {
+		panic(fmt.Sprintf("kernels: MatMuls of %d products, at most %d", len(ps), maxProducts))
+	}
+	copy(p.job.ps[:], ps)
+	p.matMuls(x, n, len(ps))
+}
+
+// matMuls runs the products already in p.job.ps[:np].
+func (p *Pool) matMuls(x []float32, n, np int) {
+	ps := p.job.ps[:np]
+	defer clear(ps) // the job must not keep the caller's slices alive
 	if p.closed {
 		panic("kernels: MatMul on a closed Pool")
 	}
-	checkMatrix(w)
-	if n < 0 || len(x) < n*w.Cols || len(out) < n*w.Rows {
-		panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs x of %d and out of %d floats, got %d and %d",
-			w.Rows, w.Cols, w.Type, n, n*w.Cols, n*w.Rows, len(x), len(out)))
+	quant, work := false, 0
+	for _, pr := range ps {
+		w, out := pr.W, pr.Out
+		checkMatrix(w)
+		if w.Cols != ps[0].W.Cols {
+			panic(fmt.Sprintf("kernels: MatMuls of matrices %d and %d columns wide", ps[0].W.Cols, w.Cols))
+		}
+		if n < 0 || len(x) < n*w.Cols || len(out) < n*w.Rows {
+			panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs x of %d and out of %d floats, got %d and %d",
+				w.Rows, w.Cols, w.Type, n, n*w.Cols, n*w.Rows, len(x), len(out)))
+		}
+		quant = quant || w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0
+		work += w.Rows * w.Cols * n
 	}
-	if n == 0 || w.Rows == 0 {
+	if n == 0 || np == 0 {
 		return
 	}
+	cols := ps[0].W.Cols
 	var xq []byte
-	if w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 {
-		nb := w.Cols / 32
+	if quant {
+		nb := cols / 32
 		need := n * nb * xBlockBytes
 		if cap(p.xq) < need {
 			p.xq = make([]byte, need)
@@ -256,29 +304,36 @@ func (p *Pool) MatMul(out []float32, w *Matrix, x []float32, n int) {
 		xq = p.xq[:need]
 		if nb > 0 {
 			for i := 0; i < n; i++ {
-				quantizeX(xq[i*nb*xBlockBytes:], x[i*w.Cols:i*w.Cols+w.Cols])
+				quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:i*cols+cols])
 			}
 		}
 	}
-	if w.Cols == 0 {
-		clear(out[:n*w.Rows])
+	if cols == 0 {
+		for _, pr := range ps {
+			clear(pr.Out[:n*pr.W.Rows])
+		}
 		return
 	}
-	if p.threads == 1 || w.Rows*w.Cols*n < minParallelWork {
-		matRows(w, 0, w.Rows, x, xq, n, out, w.Rows)
+	if p.threads == 1 || work < minParallelWork {
+		for _, pr := range ps {
+			matRows(pr.W, 0, pr.W.Rows, x, xq, n, pr.Out, pr.W.Rows)
+		}
 		return
 	}
-	chunk := chunkRows(w.Rows, p.threads)
-	total := (w.Rows + chunk - 1) / chunk
-	p.job.w, p.job.x, p.job.xq, p.job.n, p.job.out, p.job.chunk = w, x, xq, n, out, chunk
+	j := &p.job
+	total := 0
+	for k, pr := range ps {
+		j.first[k] = total
+		j.rows[k] = chunkRows(pr.W.Rows, p.threads)
+		total += (pr.W.Rows + j.rows[k] - 1) / j.rows[k]
+	}
+	j.first[np] = total
+	j.np, j.x, j.xq, j.n = np, x, xq, n
 	p.publish(total)
-	if p.runChunks() {
-		// The caller finished the last chunk itself; no worker will
-		// signal done.
-	} else {
+	if !p.runChunks() {
 		p.waitDone(total)
 	}
-	p.job.w, p.job.x, p.job.xq, p.job.out = nil, nil, nil, nil
+	j.x, j.xq = nil, nil
 }
 
 // ForChunks is the number of chunks For splits n items into: at most

@@ -50,6 +50,7 @@ type Runner struct {
 	tokPos     []int32   // token -> position
 	lastRow    []int32   // sequences needing logits -> their last token's row
 	failed     []bool
+	prods      [3]kernels.Product // MatMuls argument, kept to not allocate
 }
 
 // NewRunner returns a Runner for batches of up to maxTokens tokens in all,
@@ -209,9 +210,11 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	for t := 0; t < n; t++ {
 		kernels.RMSNorm(r.xb[t*D:(t+1)*D], r.x[t*D:(t+1)*D], w.AttnNorm, c.NormEps)
 	}
-	r.pool.MatMul(r.q[:n*QD], &w.Q, r.xb[:n*D], n)
-	r.pool.MatMul(r.k[:n*KVD], &w.K, r.xb[:n*D], n)
-	r.pool.MatMul(r.v[:n*KVD], &w.V, r.xb[:n*D], n)
+	// One pass of the pool for the three products of the same input.
+	r.prods[0] = kernels.Product{W: &w.Q, Out: r.q[:n*QD]}
+	r.prods[1] = kernels.Product{W: &w.K, Out: r.k[:n*KVD]}
+	r.prods[2] = kernels.Product{W: &w.V, Out: r.v[:n*KVD]}
+	r.pool.MatMuls(r.xb[:n*D], n, r.prods[:3])
 	for t := 0; t < n; t++ {
 		q, k, v := r.q[t*QD:(t+1)*QD], r.k[t*KVD:(t+1)*KVD], r.v[t*KVD:(t+1)*KVD]
 		if w.QBias != nil {
@@ -264,8 +267,9 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	for t := 0; t < n; t++ {
 		kernels.RMSNorm(r.xb[t*D:(t+1)*D], r.x[t*D:(t+1)*D], w.FFNNorm, c.NormEps)
 	}
-	r.pool.MatMul(r.hb[:n*H], &w.Gate, r.xb[:n*D], n)
-	r.pool.MatMul(r.hb2[:n*H], &w.Up, r.xb[:n*D], n)
+	r.prods[0] = kernels.Product{W: &w.Gate, Out: r.hb[:n*H]}
+	r.prods[1] = kernels.Product{W: &w.Up, Out: r.hb2[:n*H]}
+	r.pool.MatMuls(r.xb[:n*D], n, r.prods[:2])
 	kernels.SiLUMul(r.hb[:n*H], r.hb2[:n*H])
 	r.pool.MatMul(r.xb2[:n*D], &w.Down, r.hb[:n*H], n)
 	kernels.Add(r.x[:n*D], r.xb2[:n*D])
@@ -293,21 +297,31 @@ func (r *Runner) attend(chunk, lo, hi int) {
 		q := r.q[t*QD+h*HD : t*QD+(h+1)*HD]
 		koff := (h / group) * HD
 		sc := scores[:pos+1]
+		// One kernel call per span (a page of the paged cache) rather
+		// than per position; the bits are those of per-position Dot and
+		// Axpy, so paging and batching still change nothing.
 		p := 0
 		for _, sp := range spans {
-			for off := 0; off < len(sp.K) && p <= pos; off += KVD {
-				sc[p] = kernels.Dot(q, sp.K[off+koff:off+koff+HD]) / scale
-				p++
+			nt := min(len(sp.K)/KVD, pos+1-p)
+			if nt <= 0 {
+				break
 			}
+			kernels.DotRows(sc[p:p+nt], q, sp.K[koff:], KVD)
+			p += nt
+		}
+		for j := range sc {
+			sc[j] /= scale
 		}
 		kernels.Softmax(sc)
 		clear(o)
 		p = 0
 		for _, sp := range spans {
-			for off := 0; off < len(sp.V) && p <= pos; off += KVD {
-				kernels.Axpy(o, sc[p], sp.V[off+koff:off+koff+HD])
-				p++
+			nt := min(len(sp.V)/KVD, pos+1-p)
+			if nt <= 0 {
+				break
 			}
+			kernels.AxpyRows(o, sc[p:p+nt], sp.V[koff:], KVD)
+			p += nt
 		}
 	}
 }
