@@ -76,8 +76,8 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	if *promptN+*genN > m.Config.ContextLen {
-		return usagef("--prompt-tokens %d + --gen-tokens %d exceed the model's context of %d", *promptN, *genN, m.Config.ContextLen)
+	if *promptN > m.Config.ContextLen || 1+*genN > m.Config.ContextLen {
+		return usagef("--prompt-tokens %d or 1 + --gen-tokens %d exceed the model's context of %d", *promptN, *genN, m.Config.ContextLen)
 	}
 	pool := kernels.NewPool(mf.threads)
 	defer pool.Close()
@@ -92,7 +92,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		prompt[i] = 3 + (i*7919)%(m.Config.Vocab-3) // deterministic, avoids special tokens
 	}
 	prompt[0] = max(0, m.Tokenizer.BOS())
-	cache := model.NewDenseCache(&m.Config, *promptN+*genN)
+	cache := model.NewDenseCache(&m.Config, max(*promptN, 1+*genN))
 	logits := make([]float32, m.Config.Vocab)
 	seq := &model.Seq{Tokens: prompt[:min(8, len(prompt))], Cache: cache, Logits: logits}
 	if err := r.Forward([]*model.Seq{seq}); err != nil {
@@ -109,10 +109,17 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		prefill = append(prefill, float64(*promptN)/time.Since(t0).Seconds())
+		// Decode as llama-bench's tg test and the llama.cpp peer measure
+		// it: one sequence, one token per step, from a context holding
+		// only the first token, so both sides read the same KV.
+		seq = &model.Seq{Tokens: prompt[:1], Cache: cache, Logits: logits}
+		if err := r.Forward([]*model.Seq{seq}); err != nil {
+			return err
+		}
 		tok := []int{sample.Greedy(logits)}
 		t0 = time.Now()
 		for i := 0; i < *genN; i++ {
-			seq.Tokens, seq.Pos = tok, *promptN+i
+			seq.Tokens, seq.Pos = tok, 1+i
 			if err := r.Forward([]*model.Seq{seq}); err != nil {
 				return err
 			}
