@@ -116,6 +116,18 @@ func mustFailCleanly(t *testing.T, what string, resp *openai.Completion, err err
 	t.Fatalf("%s: status %d (%v); want one of %v", what, st, err, statuses)
 }
 
+// mustFailWith checks that a request failed with exactly status and
+// error code, and that the message says what happened (never a 200 with
+// content).
+func mustFailWith(t *testing.T, what string, resp *openai.Completion, err error, status int, code, inMessage string) {
+	t.Helper()
+	mustFailCleanly(t, what, resp, err, status)
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.Code != code || !strings.Contains(ae.Message, inMessage) {
+		t.Fatalf("%s: %v; want code %s and a message containing %q", what, err, code, inMessage)
+	}
+}
+
 // TestDisaggMatchesServe: 1R+1P+1D and 1R+2P+2D clusters (`bulkhead
 // cluster`) give greedy outputs byte-identical to `bulkhead serve`, and to
 // the reference golden lines, under concurrent load from four tenants.
@@ -277,12 +289,14 @@ func TestDisaggPairLimitsDiffer(t *testing.T) {
 	pair.p.waitNoLeak(t, "prefill after its refusal")
 }
 
-// TestDisaggFaults: a decode killed mid-transfer (kill fault on the KV
-// connection, and SIGKILL of the process), a corrupted frame, a stalled
-// prefill (delays beyond the transfer timeout) and a client hanging up
-// mid-transfer each end in a clean error (nothing, for the hang-up),
-// never a 200 with content, and leave every page free on the surviving
-// sides.
+// TestDisaggFaults: a KV connection killed mid-transfer (kill fault) is a
+// 502 transfer_peer_lost; a corrupted frame is a 500 transfer_checksum
+// whose message says the KV transfer failed an integrity check (decode
+// detected it and says so to prefill and the router); a stalled prefill
+// (delays beyond the transfer timeout) is a 502 transfer_timeout; SIGKILL
+// of the decode process mid-transfer is a 502; a client hanging up
+// mid-transfer gets nothing. Never a 200 with content, and every page is
+// free again on the surviving sides.
 func TestDisaggFaults(t *testing.T) {
 	peers, err := peerauth.MakeCerts(t.TempDir(), nil)
 	if err != nil {
@@ -295,16 +309,24 @@ func TestDisaggFaults(t *testing.T) {
 	t.Run("kill", func(t *testing.T) {
 		pair := startPair(t, peers, cfg, cfg, 200, 2, "kill=frame:4")
 		resp, err := complete(ctx, pair.router.client(tenantKeys["acme"]), prompt, 20)
-		mustFailCleanly(t, "connection killed at frame 4", resp, err, 500, 502)
+		mustFailWith(t, "connection killed at frame 4", resp, err, 502, "transfer_peer_lost", "connection lost")
 		pair.d.waitNoLeak(t, "decode")
 		pair.p.waitNoLeak(t, "prefill")
 	})
 	t.Run("corrupt", func(t *testing.T) {
 		pair := startPair(t, peers, cfg, cfg, 200, 2, "corrupt=1,seed=3")
 		resp, err := complete(ctx, pair.router.client(tenantKeys["globex"]), prompt, 20)
-		mustFailCleanly(t, "corrupted frames", resp, err, 500, 502)
+		mustFailWith(t, "corrupted frames", resp, err, 500, "transfer_checksum", "the KV transfer for this request failed an integrity check")
 		pair.d.waitNoLeak(t, "decode")
 		pair.p.waitNoLeak(t, "prefill")
+		for _, peer := range []*rolePeer{pair.d, pair.p} {
+			if n := peer.metric(t, "bulkhead_kv_transfers_failed_total", `code="transfer_checksum"`); n != 1 {
+				t.Errorf("%s counted %v checksum failures, want 1", peer.base, n)
+			}
+			if n := peer.metric(t, "bulkhead_kv_transfers_completed_total"); n != 0 {
+				t.Errorf("%s counted %v completed transfers for a corrupted one", peer.base, n)
+			}
+		}
 	})
 	t.Run("stall-hangup-sigkill", func(t *testing.T) {
 		pair := startPair(t, peers, cfg, cfg, 200, 2, "delay=3s,seed=5")
@@ -313,7 +335,7 @@ func TestDisaggFaults(t *testing.T) {
 		// transfer on both sides.
 		start := time.Now()
 		resp, err := complete(ctx, c, prompt, 20)
-		mustFailCleanly(t, "stalled prefill", resp, err, 500, 502, 503)
+		mustFailWith(t, "stalled prefill", resp, err, 502, "transfer_timeout", "")
 		t.Logf("stalled prefill failed after %s", time.Since(start).Round(time.Millisecond))
 		pair.d.waitNoLeak(t, "decode after the stall")
 		pair.p.waitNoLeak(t, "prefill after the stall")
@@ -338,10 +360,13 @@ func TestDisaggFaults(t *testing.T) {
 				done <- err
 				return
 			}
-			if s := apiStatus(err); s < 500 {
-				err = fmt.Errorf("status %d: %w", s, err)
+			if s := apiStatus(err); s != 502 {
+				err = fmt.Errorf("status %d, want 502: %w", s, err)
 				done <- err
 				return
+			}
+			if ae := (*openai.Error)(nil); errors.As(err, &ae) {
+				t.Logf("decode killed mid-transfer: HTTP %d %s: %s", ae.StatusCode, ae.Code, ae.Message)
 			}
 			done <- nil
 		}()

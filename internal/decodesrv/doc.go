@@ -11,6 +11,9 @@
 //
 // It must never decode a sequence that did not verify, never free a page
 // while a write into it may still land (the Table's Release decides), never
-// accept KV for an id it did not reserve, and never serve without peer
-// authentication.
+// accept KV for an id it did not reserve, never serve without peer
+// authentication, and never drop a KV stream over a corrupted frame
+// without first failing its transfers as Integrity and telling prefill
+// why (an ABORT), so the client gets the integrity error, not a bare
+// "connection lost".
 package decodesrv

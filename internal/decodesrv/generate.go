@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
@@ -105,7 +106,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !out.ready {
-		ev.fail(out.err)
+		ev.fail(transferFailure(out.err))
 		return
 	}
 	seq := rs.seq
@@ -165,6 +166,19 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// transferFailure is the error the router hears for a transfer that
+// failed here. Decode is the side that verifies the KV, so an integrity
+// failure (checksum, count, coverage, digest, tenant) says in words that
+// the transfer failed an integrity check before the protocol's detail:
+// the router gives it to the client, with its 500.
+func transferFailure(e *errkind.Error) *errkind.Error {
+	if e.Kind != errkind.Integrity {
+		return e
+	}
+	return &errkind.Error{Kind: e.Kind, Code: e.Code, Param: e.Param, Err: e,
+		Message: "the KV transfer for this request failed an integrity check, so nothing was generated: " + strings.TrimPrefix(e.Message, "kv transfer: ")}
 }
 
 // admit checks a generate request against this server's own limits

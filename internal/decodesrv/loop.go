@@ -3,13 +3,10 @@ package decodesrv
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
-	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -29,34 +26,6 @@ type outcome struct {
 	tokens int
 	first  int32
 	err    *errkind.Error
-}
-
-// kvConn is one authenticated KV stream from a prefill server.
-type kvConn struct {
-	id   uint64
-	c    transfer.Conn
-	out  chan *transfer.Frame
-	once sync.Once
-	done chan struct{}
-}
-
-func (c *kvConn) close() {
-	c.once.Do(func() {
-		close(c.done)
-		c.c.Close()
-	})
-}
-
-// send queues f for the writer. Decode only sends small control frames,
-// about one per frame received; a peer that lets this queue fill is not
-// reading, and is cut off rather than allowed to stall the loop.
-func (c *kvConn) send(f *transfer.Frame) {
-	select {
-	case c.out <- f:
-	case <-c.done:
-	default:
-		c.close()
-	}
 }
 
 // loop owns the Table: every event and command runs here, one at a time.
@@ -164,76 +133,4 @@ func (r *reservation) tell(o outcome) {
 		r.told = true
 		r.outcome <- o
 	}
-}
-
-// acceptKV accepts KV stream connections until ln closes.
-func (s *Server) acceptKV(ctx context.Context, ln net.Listener) {
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("kv listener stopped", "error", err)
-			}
-			return
-		}
-		s.kvWG.Add(1)
-		go func() {
-			defer s.kvWG.Done()
-			s.serveKV(ctx, nc)
-		}()
-	}
-}
-
-// serveKV authenticates one connection, then reads its frames into the
-// loop until it ends. A writer goroutine sends what the loop queues.
-func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
-	if err := peerauth.Handshake(ctx, nc); err != nil {
-		s.tm.AuthFailures.Inc()
-		s.log.Warn("kv connection refused", "remote", nc.RemoteAddr().String(), "error", err)
-		nc.Close()
-		return
-	}
-	var c transfer.Conn = transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes})
-	if s.opts.Faults != (transfer.FaultSpec{}) {
-		c = transfer.WithFaults(c, s.opts.Faults)
-	}
-	kc := &kvConn{id: s.nextPeer.Add(1), c: c, out: make(chan *transfer.Frame, 1024), done: make(chan struct{})}
-	if !s.post(func() { s.conns[kc.id] = kc }) {
-		kc.close()
-		return
-	}
-	go func() {
-		for {
-			select {
-			case f := <-kc.out:
-				if err := transfer.Send(kc.c, f, s.cfg.Peers.FrameBytes); err != nil {
-					kc.close()
-					return
-				}
-			case <-kc.done:
-				return
-			}
-		}
-	}()
-	for {
-		f, err := kc.c.Read()
-		if err == nil {
-			s.tm.Bytes.Add(float64(f.Size()))
-			if !s.post(func() { s.step(transfer.FrameIn{Peer: kc.id, Frame: f}) }) {
-				break
-			}
-			continue
-		}
-		kc.close()
-		var fe *transfer.FrameError
-		if errors.As(err, &fe) {
-			s.post(func() { s.step(transfer.BadFrame{Peer: kc.id, Err: err}) })
-		}
-		s.post(func() {
-			delete(s.conns, kc.id)
-			s.step(transfer.PeerLost{Peer: kc.id, Err: err})
-		})
-		return
-	}
-	kc.close()
 }

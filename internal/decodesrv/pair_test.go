@@ -120,22 +120,6 @@ func TestPrefillAdmissionRejects(t *testing.T) {
 	p.idle()
 }
 
-// TestCorruptFrame: every frame prefill writes is corrupted; both sides
-// end in error and nothing leaks.
-func TestCorruptFrame(t *testing.T) {
-	p := startPair(t, setup{preFaults: "corrupt=1,seed=3"})
-	prompt := encode("Once upon a time there was a little girl")
-	_, last, pr := p.run(prompt, 10, peerapi.Sampling{})
-	if pr.OK || pr.Error == nil {
-		t.Fatalf("prefill reported %+v for a corrupted transfer", pr)
-	}
-	if last.Type != peerapi.EventError || last.Error == nil {
-		t.Fatalf("decode ended with %+v", last)
-	}
-	t.Logf("prefill: %+v; decode: %+v", pr.Error, last.Error)
-	p.idle()
-}
-
 // TestReplayAndUnknownID: decode refuses an id it has seen, and refuses
 // KV for an id it never reserved.
 func TestReplayAndUnknownID(t *testing.T) {

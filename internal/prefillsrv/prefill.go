@@ -14,6 +14,10 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
+// abortWait is how long a failed write to decode waits for decode's
+// ABORT to arrive on the reading side (see send).
+const abortWait = 250 * time.Millisecond
+
 var errCancelled = errkind.New(errkind.Unavailable, transfer.CodeCancelled, "the router cancelled the request")
 
 // handlePrefill admits, prefills and transfers. The answer is always a
@@ -196,13 +200,21 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	start := time.Now()
 	var ok bool
 	var ferr *errkind.Error
-	var queue []transfer.Event
+	// A failed write is not reported at once: decode closes the connection
+	// right after an ABORT that says why (a corrupted frame), and a write
+	// racing that close fails first. The reader gets abortWait to deliver
+	// the ABORT before the failed write becomes a bare PeerLost.
+	var writeErr error
+	var writeLost <-chan time.Time
 	do := func(acts []transfer.Action) {
 		for _, a := range acts {
 			switch a := a.(type) {
 			case transfer.SendFrame:
+				if writeErr != nil {
+					continue // the connection is broken; the verdict is on its way
+				}
 				if err := transfer.Send(c, a.Frame, s.cfg.Peers.FrameBytes); err != nil {
-					queue = append(queue, transfer.PeerLost{Err: err})
+					writeErr, writeLost = err, time.After(abortWait)
 				}
 			case transfer.Done:
 				ok = true
@@ -216,14 +228,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 			}
 		}
 	}
-	step := func(ev transfer.Event) {
-		do(snd.Step(ev))
-		for len(queue) > 0 {
-			ev := queue[0]
-			queue = queue[1:]
-			do(snd.Step(ev))
-		}
-	}
+	step := func(ev transfer.Event) { do(snd.Step(ev)) }
 	tick := time.NewTicker(s.opts.TickEvery)
 	defer tick.Stop()
 	cancelled := ctx.Done()
@@ -231,7 +236,13 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	for !snd.Terminal() || !snd.Released() {
 		select {
 		case ev := <-events:
+			if _, lost := ev.(transfer.PeerLost); lost && writeErr != nil {
+				ev = transfer.PeerLost{Err: writeErr} // the first thing that went wrong
+			}
 			step(ev)
+		case <-writeLost:
+			writeLost = nil
+			step(transfer.PeerLost{Err: writeErr})
 		case <-tick.C:
 			step(transfer.Tick{Now: time.Since(start)})
 		case <-cancelled:

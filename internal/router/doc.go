@@ -16,8 +16,13 @@
 //     transfer.NewID);
 //   - end a stream with a finish reason unless decode said `done`: a lost
 //     decode connection is an Unavailable error, never a short success;
-//   - hide the first real error: when prefill fails, the client gets
-//     prefill's own error (kind, code and message) after the decode
-//     reservation was cancelled;
+//   - hide the first real error: when the transfer fails, the client gets
+//     the first real one (kind, code and message unchanged) after the
+//     other leg was cancelled: decode's integrity verdict, else prefill's
+//     own error unless it only lost its KV connection and decode knows why;
+//   - succeed without decode's word: decode verifies the KV, so a request
+//     goes on only after decode's `ready` or prefill's acknowledged
+//     answer, and once decode said `ready` prefill's late failure (every
+//     ACK lost) does not undo it;
 //   - send to an address that is not in its configured peer lists.
 package router

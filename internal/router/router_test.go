@@ -39,6 +39,9 @@ type fakeCluster struct {
 	tokens              int                           // tokens decode generates (default 3)
 	tokenGap            time.Duration                 // decode pauses this long between tokens
 	infoHook            func(*peerapi.Info)           // edit each info
+	prefillLost         *peerapi.Error                // prefill transfers, then answers this error (an ACK it never got)
+	prefillLostAfter    time.Duration                 // ... this long after the transfer
+	readyDelay          time.Duration                 // decode waits this long after the transfer before `ready`
 	decodeDelay         func(peerapi.GenerateRequest) // runs before reserving
 }
 
@@ -113,6 +116,15 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 			return
 		}
 		close(f.ch(req.ID))
+		if f.prefillLost != nil {
+			select {
+			case <-time.After(f.prefillLostAfter):
+			case <-r.Context().Done():
+				return
+			}
+			json.NewEncoder(w).Encode(peerapi.PrefillResult{Error: f.prefillLost})
+			return
+		}
 		json.NewEncoder(w).Encode(peerapi.PrefillResult{OK: true, FirstToken: 100})
 	})
 	mux.HandleFunc(peerapi.PathGenerate, func(w http.ResponseWriter, r *http.Request) {
@@ -152,6 +164,7 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 		case <-r.Context().Done():
 			return
 		}
+		time.Sleep(f.readyDelay)
 		send(peerapi.Event{Type: peerapi.EventReady})
 		for k := 0; k < f.tokens; k++ {
 			if f.dropAfter > 0 && k == f.dropAfter {

@@ -21,8 +21,8 @@ import (
 // one the client should see; if it does not, decode's error is.
 const decodeGrace = 2 * time.Second
 
-// causeWait is how long a prefill that lost its KV connection waits for
-// decode to say why (see firstCause).
+// causeWait is how long a failed prefill waits for decode's word on the
+// same transfer (see verdict).
 const causeWait = 300 * time.Millisecond
 
 // exchange is one request's run on one pair.
@@ -35,17 +35,20 @@ type exchange struct {
 	legs   context.CancelFunc // closes both control connections
 	lctx   context.Context
 	resv   chan *errkind.Error // decode's answer to the reservation: nil = reserved
+	ready  chan struct{}       // closed when decode said `ready`: KV verified, decoding started
 	term   chan engine.Result  // decode's final word, after reserved
 	early  *engine.Result      // term, when it came before prefill answered
+	pout   chan *errkind.Error // prefill's answer: nil = transferred and acknowledged
 	closed sync.Once
+	rdy    sync.Once
 }
 
 // Submit runs an admitted request: reserve on the least-loaded decode
 // peer, then prefill on the least-loaded prefill peer, then stream
-// decode's tokens. It returns once the KV transfer was acknowledged; any
-// failure before that is returned here (prefill's own error when prefill
-// failed) after the other leg was cancelled, so a failed Submit holds
-// nothing anywhere.
+// decode's tokens. It returns once the transfer verified (prefill's
+// acknowledged answer, or decode's `ready`); any failure before that is
+// returned here (the first real error, see verdict) after the other leg
+// was cancelled, so a failed Submit holds nothing anywhere.
 func (r *Router) Submit(ctx context.Context, a engine.Admitted) (*engine.Stream, error) {
 	if !a.Valid() {
 		return nil, errkind.New(errkind.Internal, "not_admitted", "router: a request that was never admitted was submitted")
@@ -58,8 +61,12 @@ func (r *Router) Submit(ctx context.Context, a engine.Admitted) (*engine.Stream,
 	if err != nil {
 		return nil, err
 	}
-	e := x.prefill(ctx)
-	<-x.p.slots // the prefill is over, whatever its outcome
+	e, pending := x.prefill(ctx)
+	if pending {
+		go x.prefillTail()
+	} else {
+		<-x.p.slots // the prefill is over, whatever its outcome
+	}
 	if e != nil {
 		x.finish()
 		r.metrics.failure("prefill")
@@ -94,7 +101,8 @@ func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, er
 			return nil, err
 		}
 		x := &exchange{r: r, d: d, p: p, id: transfer.NewID().String(), req: req, st: engine.NewStream(),
-			resv: make(chan *errkind.Error, 1), term: make(chan engine.Result, 1)}
+			resv: make(chan *errkind.Error, 1), ready: make(chan struct{}), term: make(chan engine.Result, 1),
+			pout: make(chan *errkind.Error, 1)}
 		x.lctx, x.legs = context.WithCancel(r.ctx)
 		if !takeSlot(ctx, p) {
 			x.finish()
@@ -220,6 +228,9 @@ func (x *exchange) readDecode() {
 				x.resv <- nil
 			}
 		case peerapi.EventReady:
+			if reserved {
+				x.rdy.Do(func() { close(x.ready) })
+			}
 		case peerapi.EventTokens:
 			if !reserved {
 				end(protocolError("tokens before reserved"), engine.Result{})
@@ -254,25 +265,31 @@ func protocolError(what string) *errkind.Error {
 	return errkind.New(errkind.Unavailable, "peer_protocol_error", "the decode server broke the control protocol: %s", what)
 }
 
-type prefillOutcome struct{ err *errkind.Error }
-
 // prefill asks the prefill peer to compute and transfer the KV to the
-// decode peer, and waits for its verdict. On failure it cancels the
-// decode reservation (acknowledged) and returns prefill's own error.
-func (x *exchange) prefill(ctx context.Context) *errkind.Error {
-	out := make(chan prefillOutcome, 1)
-	go func() { out <- prefillOutcome{x.callPrefill()} }()
+// decode peer, and waits for the transfer's verdict (see verdict). On
+// failure it cancels the decode reservation (acknowledged) and returns
+// the first real error. pending is true when decode said `ready` before
+// prefill answered: the request goes on, and prefill's answer is still to
+// come (prefillTail).
+func (x *exchange) prefill(ctx context.Context) (e *errkind.Error, pending bool) {
+	go func() { x.pout <- x.callPrefill() }()
 	var decodeErr *errkind.Error
 	var grace <-chan time.Time
 	for {
 		select {
-		case o := <-out:
-			if o.err == nil {
-				return nil
+		case <-x.ready:
+			return nil, true
+		case pe := <-x.pout:
+			if pe == nil {
+				return nil, false
 			}
-			e := x.firstCause(o.err)
-			x.cancelLegs(true, false)
-			return e
+			if e := x.verdict(pe); e != nil {
+				x.cancelLegs(true, false)
+				return e, false
+			}
+			x.r.log.Warn("prefill failed after decode verified the KV; decode's verdict stands",
+				"id", x.id, "prefill", x.p.addr, "code", pe.Code, "error", pe.Message)
+			return nil, false
 		case res := <-x.term:
 			// Decode ended before prefill answered. Success can race
 			// prefill's answer (decode acknowledged, then generated a few
@@ -285,34 +302,73 @@ func (x *exchange) prefill(ctx context.Context) *errkind.Error {
 			}
 		case <-grace:
 			x.cancelLegs(false, true)
-			return decodeErr
+			return decodeErr, false
 		case <-ctx.Done():
 			x.cancelLegs(true, true)
-			return cancelled(ctx)
+			return cancelled(ctx), false
 		}
 	}
 }
 
-// firstCause picks the error the client sees when prefill failed.
-// Prefill's own error, unless it only says the KV connection was lost
-// (Unavailable) while decode reports why it dropped it (a corrupt frame,
-// a count or digest mismatch): then decode's error is the first real
-// one. Decode's verdict may trail prefill's answer by a moment.
-func (x *exchange) firstCause(prefillErr *errkind.Error) *errkind.Error {
-	if prefillErr.Kind != errkind.Unavailable {
-		return prefillErr
+// prefillTail waits for the answer of a prefill that decode's `ready`
+// overtook, then gives its slot back. A failure there (every ACK lost:
+// prefill timed out waiting for one) changes nothing for the client:
+// decode verified the KV. The call ends at the latest when the exchange
+// finishes and closes its control connections.
+func (x *exchange) prefillTail() {
+	pe := <-x.pout
+	<-x.p.slots
+	if pe != nil && x.lctx.Err() == nil {
+		x.r.log.Warn("prefill failed after decode verified the KV; decode's verdict stands",
+			"id", x.id, "prefill", x.p.addr, "code", pe.Code, "error", pe.Message)
 	}
-	if x.early == nil {
+}
+
+func (x *exchange) isReady() bool {
+	select {
+	case <-x.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// verdict decides a transfer that prefill answered with error pe: nil
+// means the request succeeds. Decode is the side that verified the KV, so
+// its word decides:
+//   - decode said `ready` (verified, decoding started): success, whatever
+//     prefill says. After every ACK was lost prefill can only time out,
+//     and its view of the transfer is "unknown", not "failed";
+//   - decode failed the transfer as Integrity: decode's error, the first
+//     real one (prefill's is an echo of decode's ABORT, or a bare lost
+//     connection);
+//   - prefill only lost its KV connection (Unavailable) and decode says
+//     something more specific: decode's error;
+//   - otherwise prefill's own error (its admission refusing, say).
+//
+// When pe is a transfer failure (Unavailable or Integrity), decode's word
+// is awaited for up to causeWait, since it may trail prefill's answer.
+func (x *exchange) verdict(pe *errkind.Error) *errkind.Error {
+	if (pe.Kind == errkind.Unavailable || pe.Kind == errkind.Integrity) && x.early == nil && !x.isReady() {
+		t := time.NewTimer(causeWait)
 		select {
+		case <-x.ready:
 		case res := <-x.term:
 			x.early = &res
-		case <-time.After(causeWait):
+		case <-t.C:
 		}
+		t.Stop()
 	}
-	if x.early != nil && x.early.Err != nil && x.early.Err.Kind != errkind.Unavailable {
-		return x.early.Err
+	if x.isReady() {
+		return nil // decode said ready before its final word: term never beats ready
 	}
-	return prefillErr
+	if x.early == nil || x.early.Err == nil {
+		return pe
+	}
+	if de := x.early.Err; de.Kind == errkind.Integrity || (pe.Kind == errkind.Unavailable && de.Kind != errkind.Unavailable) {
+		return de
+	}
+	return pe
 }
 
 func (x *exchange) callPrefill() *errkind.Error {

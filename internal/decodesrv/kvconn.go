@@ -1,0 +1,201 @@
+package decodesrv
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+// kvConn is one authenticated KV stream from a prefill server.
+type kvConn struct {
+	id   uint64
+	c    transfer.Conn
+	out  chan *transfer.Frame // a nil frame: close once everything before it is written
+	once sync.Once
+	done chan struct{}
+	// bound are the transfers this connection opened (loop only), so that a
+	// frame too corrupted to name its transfer still fails the transfers
+	// it could have belonged to with the right reason.
+	bound map[transfer.ID]bool
+}
+
+func (c *kvConn) close() {
+	c.once.Do(func() {
+		close(c.done)
+		c.c.Close()
+	})
+}
+
+// send queues f for the writer. Decode only sends small control frames,
+// about one per frame received; a peer that lets this queue fill is not
+// reading, and is cut off rather than allowed to stall the loop.
+func (c *kvConn) send(f *transfer.Frame) {
+	select {
+	case c.out <- f:
+	case <-c.done:
+	default:
+		c.close()
+	}
+}
+
+// closeWhenFlushed closes the connection once the frames queued so far
+// (the ABORTs that say why) are written. Closing at once would leave
+// prefill with a bare "connection lost" instead of the reason.
+func (c *kvConn) closeWhenFlushed() { c.send(nil) }
+
+// write sends what the loop queues until the connection closes.
+func (s *Server) write(kc *kvConn) {
+	for {
+		select {
+		case f := <-kc.out:
+			if f == nil {
+				kc.close()
+				return
+			}
+			if err := transfer.Send(kc.c, f, s.cfg.Peers.FrameBytes); err != nil {
+				kc.close()
+				return
+			}
+		case <-kc.done:
+			return
+		}
+	}
+}
+
+// acceptKV accepts KV stream connections until ln closes.
+func (s *Server) acceptKV(ctx context.Context, ln net.Listener) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Error("kv listener stopped", "error", err)
+			}
+			return
+		}
+		s.kvWG.Add(1)
+		go func() {
+			defer s.kvWG.Done()
+			s.serveKV(ctx, nc)
+		}()
+	}
+}
+
+// serveKV authenticates one connection, then reads its frames into the
+// loop until it ends. A writer goroutine sends what the loop queues; the
+// connection stays registered until the writer has stopped, so that
+// shutdown can still close it.
+func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
+	if err := peerauth.Handshake(ctx, nc); err != nil {
+		s.tm.AuthFailures.Inc()
+		s.log.Warn("kv connection refused", "remote", nc.RemoteAddr().String(), "error", err)
+		nc.Close()
+		return
+	}
+	var c transfer.Conn = transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes})
+	if s.opts.Faults != (transfer.FaultSpec{}) {
+		c = transfer.WithFaults(c, s.opts.Faults)
+	}
+	kc := &kvConn{id: s.nextPeer.Add(1), c: c, out: make(chan *transfer.Frame, 1024), done: make(chan struct{}),
+		bound: map[transfer.ID]bool{}}
+	if !s.post(func() { s.conns[kc.id] = kc }) {
+		kc.close()
+		return
+	}
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		s.write(kc)
+	}()
+	for {
+		f, err := kc.c.Read()
+		if err == nil {
+			s.tm.Bytes.Add(float64(f.Size()))
+			if !s.post(func() { s.frameIn(kc, f) }) {
+				kc.close() // the loop stopped: shutting down
+				<-written
+				return
+			}
+			continue
+		}
+		var fe *transfer.FrameError
+		if errors.As(err, &fe) && !errors.Is(err, transfer.ErrTruncated) {
+			if !s.post(func() { s.badFrame(kc, fe) }) {
+				kc.close()
+			}
+		} else {
+			// A clean end, a reset, or a stream that ended inside a frame:
+			// the peer went away, which is not corruption.
+			kc.close()
+		}
+		<-written
+		s.post(func() {
+			delete(s.conns, kc.id)
+			s.step(transfer.PeerLost{Peer: kc.id, Err: err})
+		})
+		return
+	}
+}
+
+// frameIn steps one cleanly decoded frame, noting which reservation an
+// OPEN bound to this connection (loop only).
+func (s *Server) frameIn(kc *kvConn, f *transfer.Frame) {
+	id, reserved := f.ID, false // f is the Table's once stepped
+	if f.Type == transfer.TypeOpen {
+		r := s.table.Receiver(id)
+		reserved = r != nil && r.State() == stateReserved
+	}
+	s.step(transfer.FrameIn{Peer: kc.id, Frame: f})
+	if reserved {
+		if r := s.table.Receiver(id); r == nil || r.State() != stateReserved {
+			kc.bound[id] = true
+		}
+	}
+}
+
+// stateReserved is transfer.Receiver.State() of a reservation no stream
+// has opened yet.
+const stateReserved = "reserved"
+
+// badFrame handles a frame that failed its CRC32C or would not decode
+// (loop only). The stream is out of sync and is closed, but first every
+// transfer the frame could belong to fails as an Integrity error and its
+// sender is told so with an ABORT on this connection, so prefill and the
+// router report "integrity check failed", not "connection lost":
+//   - the transfer the header claims, through the Receiver (which checks
+//     that it is bound to this connection);
+//   - a claimed reservation that no stream has opened yet (the bad frame
+//     was its OPEN). The id is not covered by a verified checksum, but
+//     only an authenticated peer can send it, and a corrupted id matches
+//     no live 128-bit id; the transfer could not succeed anyway, since
+//     its sender's one connection is about to close;
+//   - every other transfer this connection opened, since a frame whose
+//     header is unreadable names none.
+func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
+	reason := errkind.New(errkind.Integrity, transfer.CodeChecksum, "kv transfer: corrupted frame from prefill: %v", fe)
+	if fe.HasID {
+		if r := s.table.Receiver(fe.ID); r != nil && r.State() == stateReserved {
+			s.step(transfer.Cancel{ID: fe.ID, Reason: reason})
+			kc.send(&transfer.Frame{Type: transfer.TypeAbort, ID: fe.ID, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
+		} else {
+			s.step(transfer.BadFrame{Peer: kc.id, Err: fe})
+		}
+	}
+	for id := range kc.bound {
+		if r := s.table.Receiver(id); r != nil && !r.Terminal() {
+			s.step(transfer.Cancel{ID: id, Reason: reason}) // bound here: the Receiver sends the ABORT
+		}
+	}
+	kc.closeWhenFlushed()
+}
+
+func clip(s string) string {
+	if len(s) > transfer.MaxString {
+		return s[:transfer.MaxString]
+	}
+	return s
+}
