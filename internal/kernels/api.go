@@ -20,11 +20,14 @@
 // read and write files, the network or the clock.
 //
 // MatMul reuses every weight block it loads for several tokens at a time
-// (four rows by four tokens for Q8_0 and Q4_0, two rows by three tokens
-// for the float types), so prefill and batched decode are bound by
-// arithmetic while single-token decode is bound by how fast the weights
-// stream from memory. Quantised types multiply int8 by int8 with exact
-// integer sums (VPMADDUBSW/VPMADDWD), converting to float once per block.
+// (four rows by eight tokens for batched Q8_0, four rows by four tokens
+// for Q4_0, two rows by three tokens for the float types), so prefill and
+// batched decode are bound by arithmetic while single-token decode is
+// bound by how fast the weights stream from memory. Quantised types
+// multiply int8 by int8 with exact integer sums (VPMADDUBSW/VPMADDWD),
+// converting to float once per block. Attention's loops over cached
+// positions (DotRows, AxpyRows) and the exponentials of softmax and SiLU
+// have kernels of their own with the bits of the scalar definitions.
 package kernels
 
 import "github.com/bulkhead-llm/bulkhead/internal/tensor"

@@ -116,40 +116,32 @@ func dotF32Go(a, b []float32) float32 {
 }
 
 // dotQuantGo is the canonical dot product of a Q8_0 or Q4_0 row with a
-// quantised activation row xb of nb blocks (see order.go): two float32
-// accumulators, one for the first and one for the second half of every
-// block, each adding d·S for its half's exact integer sum S with one fused
-// multiply-add, and their sum at the end.
+// quantised activation row xb of nb blocks (see order.go): one float32
+// accumulator that adds, block by block, d·S for the block's exact integer
+// sum S with one fused multiply-add.
 func dotQuantGo(t tensor.DType, row, xb []byte, nb int) float32 {
-	var lo, hi float32
-	var w [32]int32
+	var acc float32
 	bb := t.BlockBytes()
 	for b := 0; b < nb; b++ {
 		wb := row[b*bb : b*bb+bb]
 		xk := xb[b*xBlockBytes : b*xBlockBytes+xBlockBytes]
+		var s int32
 		if t == tensor.Q8_0 {
-			for j := range w {
-				w[j] = int32(int8(wb[2+j]))
+			for j := 0; j < 32; j++ {
+				s += int32(int8(wb[2+j])) * int32(int8(xk[4+j]))
 			}
 		} else {
 			for j := 0; j < 16; j++ {
-				w[j] = int32(wb[2+j]&0x0f) - 8
-				w[16+j] = int32(wb[2+j]>>4) - 8
+				s += (int32(wb[2+j]&0x0f) - 8) * int32(int8(xk[4+j]))
+				s += (int32(wb[2+j]>>4) - 8) * int32(int8(xk[20+j]))
 			}
 		}
 		dw := tensor.F16ToF32(binary.LittleEndian.Uint16(wb))
 		dx := math.Float32frombits(binary.LittleEndian.Uint32(xk))
-		d := float32(dw * dx)
-		var slo, shi int32
-		for j := 0; j < 16; j++ {
-			slo += w[j] * int32(int8(xk[4+j]))
-			shi += w[16+j] * int32(int8(xk[20+j]))
-		}
-		// |S| <= 16·128·127 < 2^24: exact in float32.
-		lo = fma32(d, float32(slo), lo)
-		hi = fma32(d, float32(shi), hi)
+		// |S| <= 32·128·127 < 2^24: exact in float32.
+		acc = fma32(float32(dw*dx), float32(s), acc)
 	}
-	return lo + hi
+	return acc
 }
 
 // matRowsGo computes out[i*ostride+r] for rows r in [r0, r1) and tokens

@@ -9,18 +9,19 @@ import "math"
 // +0. The lanes are reduced by reduce16, and then the len%16 tail elements
 // are added one by one, again with fused multiply-adds.
 //
-// Q8_0 and Q4_0 rows against Q8_0-quantised activations: two float32
-// accumulators lo and hi, both starting from +0. For each block b in turn,
-// the scale is d = dw·dx (one float32 multiply), S_lo and S_hi are the
-// exact integer sums of w[j]·x[j] over the block's elements 0..15 and
-// 16..31, and lo = fma(d, S_lo, lo), hi = fma(d, S_hi, hi). The result is
-// lo + hi. Integer sums are exact in any order, so the SIMD code may form
-// them however it likes; only the float operations above are fixed.
+// Q8_0 and Q4_0 rows against Q8_0-quantised activations: one float32
+// accumulator starting from +0. For each block b in turn, the scale is
+// d = dw·dx (one float32 multiply), S is the exact integer sum of w[j]·x[j]
+// over the block's 32 elements, and acc = fma(d, S, acc). The result is
+// acc. Integer sums are exact in any order, so the SIMD code may form them
+// however it likes; only the float operations above are fixed.
 //
-// The halves are the two 128-bit lanes of an AVX2 register: the assembly
-// reduces four rows' products at once with in-lane unpacks and adds, which
-// leaves lo and hi of four rows side by side in one register, so one
-// convert, one multiply and one fused multiply-add serve four rows.
+// One accumulator per (row, token) is what lets the kernels lay a register
+// out however suits them: the one- to four-token kernels hold four rows of
+// one token in a register (the rows' sums reduced with in-lane unpacks),
+// the batched kernel (gemm_q8_amd64.s) eight tokens of one row, with no
+// reduction across lanes at all. Either way one convert, one multiply and
+// one fused multiply-add serve several (row, token) pairs per block.
 //
 // Sixteen lanes for the plain types are what AVX2 holds in two ymm
 // registers; two rows by three tokens (twelve accumulators) sharing one

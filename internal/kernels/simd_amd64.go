@@ -126,7 +126,10 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []flo
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
 	}
 	nb := cols / 32
-	xs := nb * xBlockBytes
+	if useGemm && w.Type == tensor.Q8_0 && n >= gemmMinTokens && nb <= gemmMaxBlocks {
+		gemmQ8Rows(w, r0, r1, tile, xq, n, out, ostride)
+		return
+	}
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
@@ -151,16 +154,24 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []flo
 			}
 			continue
 		}
-		for ; i+4 <= n; i += 4 {
-			q4(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride+t0], ostride*4)
-		}
-		if i+2 <= n {
-			q2(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride+t0], ostride*4)
-			i += 2
-		}
-		for ; i < n; i++ {
-			q1(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), nb, &out[i*ostride+t0])
-		}
+		quantTile(q1, q2, q4, wp, rb, rows, xq, nb, 0, n, out[t0:], ostride)
+	}
+}
+
+// quantTile runs the four-row kernels on rows rows at wp for tokens
+// [i, n): fours, then a two, then ones. out starts at the tile's first
+// row.
+func quantTile(q1 quantX1, q2, q4 quantX4, wp unsafe.Pointer, rb, rows int, xq []byte, nb, i, n int, out []float32, ostride int) {
+	xs := nb * xBlockBytes
+	for ; i+4 <= n; i += 4 {
+		q4(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride], ostride*4)
+	}
+	if i+2 <= n {
+		q2(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), xs, nb, &out[i*ostride], ostride*4)
+		i += 2
+	}
+	for ; i < n; i++ {
+		q1(wp, rb, rows, unsafe.Pointer(&xq[i*xs]), nb, &out[i*ostride])
 	}
 }
 

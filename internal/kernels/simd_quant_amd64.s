@@ -10,14 +10,14 @@
 // exact integer products are formed with VPMADDUBSW/VPMADDWD and reduced
 // with in-lane unpacks and adds to one register holding, in its low 128-bit
 // lane, the sums over elements 0..15 of rows 0..3 and in its high lane the
-// sums over elements 16..31 (order.go's S_lo and S_hi). One convert, one
-// multiply by the four rows' scales times the token's scale, and one FMA
-// then serve four rows. The x4 kernels reuse each block of the four rows
+// sums over elements 16..31; adding the lanes gives the four rows' block
+// sums S (order.go). One convert, one multiply by the four rows' scales
+// times the token's scale, and one FMA then serve four rows. The x4 kernels reuse each block of the four rows
 // for four tokens from registers.
 //
 // Register use (ymm): Y0-Y3 the four rows' block (Q8_0: |w|; Q4_0: w),
-// Y4-Y7 the accumulators of up to four tokens, Y8 int16 ones, Y9 the four
-// row scales (repeated in both lanes), Y10 the token's block (Q8_0: x;
+// X4-X7 the accumulators of up to four tokens (one float per row), Y8
+// int16 ones, X9 the four row scales, Y10 the token's block (Q8_0: x;
 // Q4_0: |x|), Y11-Y15 temporaries.
 //
 // General registers: SI row 0 of the current four, R12/R14/R15 the byte
@@ -73,8 +73,8 @@
 	ROW_Q4(4(Rt), Y3, Y14); \
 	FINISH(Rt, ACC)
 
-// FINISH reduces the four rows' lane sums (Y11-Y14) to S_lo/S_hi of rows
-// 0..3 and adds d·S into ACC. Unpacks and adds are single micro-ops where
+// FINISH reduces the four rows' lane sums (Y11-Y14) to S of rows 0..3 and
+// adds d·S into ACC (an xmm register: one float per row). Unpacks and adds are single micro-ops where
 // VPHADDD is several: measured, this is about 10% faster than three
 // VPHADDDs.
 #define FINISH(Rt, ACC) \
@@ -87,13 +87,15 @@
 	VPUNPCKLQDQ Y13, Y11, Y15; \
 	VPUNPCKHQDQ Y13, Y11, Y11; \
 	VPADDD Y15, Y11, Y11; \
-	VCVTDQ2PS Y11, Y11; \
-	VBROADCASTSS (Rt), Y15; \
-	VMULPS Y9, Y15, Y15; \
-	VFMADD231PS Y15, Y11, ACC
+	VEXTRACTI128 $1, Y11, X15; \
+	VPADDD X15, X11, X11; \
+	VCVTDQ2PS X11, X11; \
+	VBROADCASTSS (Rt), X15; \
+	VMULPS X9, X15, X15; \
+	VFMADD231PS X15, X11, ACC
 
-// SCALES loads the four rows' float16 block scales into Y9 as float32,
-// repeated in both 128-bit lanes. The first load writes the whole register
+// SCALES loads the four rows' float16 block scales into X9 as float32.
+// The first load writes the whole register
 // (the two bytes after the scale are weights, in bounds): inserting into
 // the old Y9 instead would chain every block's scales to the last block's
 // and serialise the loop on that chain.
@@ -102,8 +104,7 @@
 	VPINSRW $1, (DX)(R12*1), X9, X9; \
 	VPINSRW $2, (DX)(R14*1), X9, X9; \
 	VPINSRW $3, (DX)(R15*1), X9, X9; \
-	VCVTPH2PS X9, X9; \
-	VINSERTF128 $1, X9, Y9, Y9
+	VCVTPH2PS X9, X9
 
 #define WEIGHTS_Q8 \
 	VPABSB 2(DX), Y0; \
@@ -142,10 +143,6 @@
 	CMPQ R13, $4; \
 	CMOVQGE AX, R15
 
-// HALVES adds the high lane of ACC onto the low one: lo + hi for rows 0..3.
-#define HALVES(ACC, XACC) \
-	VEXTRACTF128 $1, ACC, X15; \
-	VADDPS X15, XACC, XACC
 
 #define QCONST \
 	MOVL $0x00010001, AX; \
@@ -189,7 +186,7 @@ matQ8x1group:
 matQ8x1block:
 	SCALES
 	WEIGHTS_Q8
-	TOK_Q8(R8, Y4)
+	TOK_Q8(R8, X4)
 	PREFETCHT0 (BX)
 	PREFETCHT0 64(BX)
 	PREFETCHT0 128(BX)
@@ -200,7 +197,6 @@ matQ8x1block:
 	JNZ matQ8x1block
 
 matQ8x1reduce:
-	HALVES(Y4, X4)
 	CMPQ R13, $4
 	JLT matQ8x1partial
 	VMOVUPS X4, (DI)
@@ -255,14 +251,14 @@ matQ8x4group:
 matQ8x4block:
 	SCALES
 	WEIGHTS_Q8
-	TOK_Q8(R8, Y4)
+	TOK_Q8(R8, X4)
 	PREFETCHT0 (BX)
 	PREFETCHT0 64(BX)
 	PREFETCHT0 128(BX)
 	ADDQ $136, BX
-	TOK_Q8(R9, Y5)
-	TOK_Q8(R10, Y6)
-	TOK_Q8(R11, Y7)
+	TOK_Q8(R9, X5)
+	TOK_Q8(R10, X6)
+	TOK_Q8(R11, X7)
 	ADDQ $34, DX
 	ADDQ $36, R8
 	ADDQ $36, R9
@@ -272,10 +268,6 @@ matQ8x4block:
 	JNZ matQ8x4block
 
 matQ8x4reduce:
-	HALVES(Y4, X4)
-	HALVES(Y5, X5)
-	HALVES(Y6, X6)
-	HALVES(Y7, X7)
 	MOVQ ostride+56(FP), AX
 	LEAQ (DI)(AX*2), CX
 	CMPQ R13, $4
@@ -337,7 +329,7 @@ matQ4x1group:
 matQ4x1block:
 	SCALES
 	WEIGHTS_Q4
-	TOK_Q4(R8, Y4)
+	TOK_Q4(R8, X4)
 	PREFETCHT0 (BX)
 	PREFETCHT0 64(BX)
 	ADDQ $72, BX
@@ -347,7 +339,6 @@ matQ4x1block:
 	JNZ matQ4x1block
 
 matQ4x1reduce:
-	HALVES(Y4, X4)
 	CMPQ R13, $4
 	JLT matQ4x1partial
 	VMOVUPS X4, (DI)
@@ -402,13 +393,13 @@ matQ4x4group:
 matQ4x4block:
 	SCALES
 	WEIGHTS_Q4
-	TOK_Q4(R8, Y4)
+	TOK_Q4(R8, X4)
 	PREFETCHT0 (BX)
 	PREFETCHT0 64(BX)
 	ADDQ $72, BX
-	TOK_Q4(R9, Y5)
-	TOK_Q4(R10, Y6)
-	TOK_Q4(R11, Y7)
+	TOK_Q4(R9, X5)
+	TOK_Q4(R10, X6)
+	TOK_Q4(R11, X7)
 	ADDQ $18, DX
 	ADDQ $36, R8
 	ADDQ $36, R9
@@ -418,10 +409,6 @@ matQ4x4block:
 	JNZ matQ4x4block
 
 matQ4x4reduce:
-	HALVES(Y4, X4)
-	HALVES(Y5, X5)
-	HALVES(Y6, X6)
-	HALVES(Y7, X7)
 	MOVQ ostride+56(FP), AX
 	LEAQ (DI)(AX*2), CX
 	CMPQ R13, $4
@@ -486,12 +473,12 @@ matQ8x2group:
 matQ8x2block:
 	SCALES
 	WEIGHTS_Q8
-	TOK_Q8(R8, Y4)
+	TOK_Q8(R8, X4)
 	PREFETCHT0 (BX)
 	PREFETCHT0 64(BX)
 	PREFETCHT0 128(BX)
 	ADDQ $136, BX
-	TOK_Q8(R9, Y5)
+	TOK_Q8(R9, X5)
 	ADDQ $34, DX
 	ADDQ $36, R8
 	ADDQ $36, R9
@@ -499,8 +486,6 @@ matQ8x2block:
 	JNZ matQ8x2block
 
 matQ8x2reduce:
-	HALVES(Y4, X4)
-	HALVES(Y5, X5)
 	MOVQ ostride+56(FP), AX
 	CMPQ R13, $4
 	JLT matQ8x2partial
@@ -556,11 +541,11 @@ matQ4x2group:
 matQ4x2block:
 	SCALES
 	WEIGHTS_Q4
-	TOK_Q4(R8, Y4)
+	TOK_Q4(R8, X4)
 	PREFETCHT0 (BX)
 	PREFETCHT0 64(BX)
 	ADDQ $72, BX
-	TOK_Q4(R9, Y5)
+	TOK_Q4(R9, X5)
 	ADDQ $18, DX
 	ADDQ $36, R8
 	ADDQ $36, R9
@@ -568,8 +553,6 @@ matQ4x2block:
 	JNZ matQ4x2block
 
 matQ4x2reduce:
-	HALVES(Y4, X4)
-	HALVES(Y5, X5)
 	MOVQ ostride+56(FP), AX
 	CMPQ R13, $4
 	JLT matQ4x2partial
