@@ -1,6 +1,11 @@
 package kv
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+)
 
 // Lease pins pages of a sequence so they cannot go back to the free list:
 // while KV frames are in flight (released on the peer's acknowledgement),
@@ -84,6 +89,40 @@ func (l *Lease) ReadTokens(layer, from, to int, k, v []float32) error {
 	}
 	p.copyTokens(l.pages, layer, from, to, k, v, false)
 	return nil
+}
+
+// Spans appends one Span per page covering positions [0, n) of layer,
+// as Seq.Spans does, through the pinned pages: a read in place, for a
+// reader (the transfer digest) that would otherwise copy every page out.
+// The tags are checked as ReadTokens checks them. The slices stay valid
+// until Release, and must only be read: the pages may be shared.
+func (l *Lease) Spans(dst []model.Span, layer, n int) ([]model.Span, error) {
+	p := l.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.released {
+		return dst, fmt.Errorf("%w: read through a released lease", ErrReleased)
+	}
+	if layer < 0 || layer >= p.cfg.Layers {
+		return dst, fmt.Errorf("%w: layer %d of %d", ErrRange, layer, p.cfg.Layers)
+	}
+	if n < 0 || n > l.tokens {
+		return dst, fmt.Errorf("%w: %d positions requested, the lease covers %d", ErrRange, n, l.tokens)
+	}
+	ps := p.cfg.PageSize
+	pages := l.pages[:(n+ps-1)/ps]
+	for _, e := range pages {
+		if pg := &p.pages[e.page]; pg.tag.gen != e.tag.gen || pg.state == pageFree {
+			p.violations++
+			return dst, &OwnershipError{Page: int(e.page), WantGen: e.tag.gen, HaveGen: pg.tag.gen, Reason: "leased page was freed"}
+		}
+	}
+	dst = slices.Grow(dst, len(pages))
+	for j, e := range pages {
+		k, v := p.span(e.page, layer, 0, min(ps, n-j*ps))
+		dst = append(dst, model.Span{K: k, V: v})
+	}
+	return dst, nil
 }
 
 // PageRef names one shared, read-only page and the tag it carries. Holding

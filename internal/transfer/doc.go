@@ -11,7 +11,17 @@
 //     side): raft-style machines, Step(Event) []Action, with no goroutines,
 //     sockets or clocks; time arrives as Tick(now);
 //   - Digest, the placement-independent SHA-256 of KV in token order;
-//   - Conn transports (in-memory Pipe, TCP) and WithFaults/ParseFaults.
+//   - Conn transports (in-memory Pipe, TCP) and WithFaults/ParseFaults;
+//   - the pool of DATA frame buffers (bufpool.go): a Sender's payload goes
+//     back when Send has written it, a received one when WriteKV.Apply
+//     has copied it into the sequence. The machines only carry the
+//     reference from frame to action; they never take or give back one.
+//
+// The hot path reads every byte of KV as few times as the checks allow:
+// the Sender checksums each K and V vector of a frame once and combines
+// the checksums into both the frame's CRC and the digest (crc.go); the
+// TCP transport writes head, payload and CRC with one writev and reads a
+// body straight into its buffer; Digest reads kv pages in place.
 //
 // It must never:
 //   - let a decode sequence become Ready unless every (token, layer) of the

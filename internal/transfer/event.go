@@ -89,12 +89,17 @@ type SendFrame struct {
 // with WriteDone{ID, Seq}. Data is laid out as a DATA payload: for each
 // layer in [LayerFrom, LayerTo), K of tokens [TokFrom, TokTo) ([token]
 // [kvdim]) then V likewise. Apply does exactly that against a kv.Seq.
+//
+// Data may alias the received frame's pooled buffer: Apply gives that
+// buffer back, so Data must not be read after Apply (bufpool.go).
 type WriteKV struct {
 	ID                 ID
 	Seq                uint32
 	TokFrom, TokTo     int
 	LayerFrom, LayerTo int
 	Data               []float32
+
+	buf bufRef // the pooled buffer Data lives in, if any
 }
 
 // ComputeDigest asks the edge to compute Digest over tokens [0, Tokens) of

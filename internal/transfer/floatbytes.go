@@ -19,8 +19,8 @@ func floatBytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
 }
 
-// bytesAsFloats views b as floats. b must come from make (so it is
-// aligned for float32) and the host little-endian.
+// bytesAsFloats views b as floats. b must come from make or the frame
+// buffer pool (so it is aligned for float32) and the host little-endian.
 func bytesAsFloats(b []byte) []float32 {
 	if len(b) < 4 {
 		return nil

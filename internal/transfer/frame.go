@@ -95,7 +95,9 @@ type Frame struct {
 	// DATA: sequence number, ranges [TokFrom, TokTo) x [LayerFrom,
 	// LayerTo), and the payload as raw little-endian float32 bytes: for
 	// each layer in range, K of every token in range ([token][kvdim]),
-	// then V likewise. After Decode, Payload aliases the decoded buffer.
+	// then V likewise. After Decode, Payload aliases the decoded buffer;
+	// after ReadFrame it may alias a pooled one, which WriteKV.Apply gives
+	// back (bufpool.go says who owns a payload, and until when).
 	Seq                uint32
 	TokFrom, TokTo     uint32
 	LayerFrom, LayerTo uint16
@@ -114,7 +116,25 @@ type Frame struct {
 	Kind   uint8
 	Code   string
 	Reason string
+
+	// buf is the pooled buffer Payload lives in, if any (see bufpool.go
+	// for who gives it back, and when).
+	buf bufRef
+	// crc is the frame's wire checksum, known without reading the frame
+	// again: crcFrom says whence. The Receiver keys duplicates on a
+	// decoded frame's; the TCP transport sends a Sender's as it is.
+	crc     uint32
+	crcFrom crcSource
 }
+
+// crcSource says where a Frame's crc field came from.
+type crcSource uint8
+
+const (
+	crcNone    crcSource = iota // not known: compute it from the fields
+	crcDecoded                  // verified by Decode or ReadFrame
+	crcBuilt                    // computed by the Sender that built the frame
+)
 
 // Frame decoding errors. Every error Decode and ReadFrame return wraps one
 // of them inside a *FrameError.
@@ -210,10 +230,26 @@ func (f *Frame) bodyLen() int {
 // encoded within maxBytes or a field is out of its wire range, so a frame
 // that Encode produced always decodes with the same limit.
 func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
+	start := len(dst)
+	dst, err := f.appendHead(dst, maxBytes)
+	if err != nil {
+		return dst, err
+	}
+	if f.Type == TypeData {
+		dst = append(dst, f.Payload...)
+	}
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+}
+
+// appendHead checks f and appends its encoding up to the CRC, less the
+// payload of a DATA frame: the header and every body field before it. A
+// writer can then send head, payload and CRC without first copying the
+// payload behind the head.
+func (f *Frame) appendHead(dst []byte, maxBytes int) ([]byte, error) {
 	if f.Type < 1 || f.Type > typeMax {
 		return dst, fmt.Errorf("encode: %w: %d", ErrType, f.Type)
 	}
-	for _, s := range []string{f.Tenant, f.Code, f.Reason} {
+	for _, s := range [...]string{f.Tenant, f.Code, f.Reason} {
 		if len(s) > MaxString {
 			return dst, fmt.Errorf("encode %v: string of %d bytes, limit %d", f.Type, len(s), MaxString)
 		}
@@ -227,7 +263,6 @@ func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
 	if n > maxBytes {
 		return dst, fmt.Errorf("encode %v: %w: %d bytes, limit %d", f.Type, ErrTooLarge, n, maxBytes)
 	}
-	start := len(dst)
 	le := binary.LittleEndian
 	dst = append(dst, Magic0, Magic1, Version, byte(f.Type))
 	dst = append(dst, f.ID[:]...)
@@ -247,7 +282,6 @@ func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
 		dst = le.AppendUint32(dst, f.TokTo)
 		dst = le.AppendUint16(dst, f.LayerFrom)
 		dst = le.AppendUint16(dst, f.LayerTo)
-		dst = append(dst, f.Payload...)
 	case TypeCredit:
 		dst = le.AppendUint32(dst, f.Credit)
 	case TypeCommit:
@@ -264,7 +298,37 @@ func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
 		dst = le.AppendUint32(dst, f.MaxNew)
 		dst = appendString(dst, f.Tenant)
 	}
-	return le.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+	return dst, nil
+}
+
+// dataCRC is the CRC32C a DATA frame carries (or would carry) on the
+// wire: the verified one for a decoded frame, else computed from the
+// fields. Equal CRCs of two frames with the same id and seq mean, as far
+// as CRC32C can tell, byte-identical frames.
+func (f *Frame) dataCRC() uint32 {
+	if f.crcFrom != crcNone {
+		return f.crc
+	}
+	var hb [HeaderSize + DataHeaderSize]byte
+	head, err := f.appendHead(hb[:0], math.MaxInt)
+	if err != nil {
+		// A frame that cannot be encoded has no wire CRC; the payload's
+		// own still tells different payloads apart.
+		return crc32.Checksum(f.Payload, castagnoli)
+	}
+	return crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, f.Payload)
+}
+
+// release gives back a pooled payload (a Sender's DATA frame, once sent)
+// and drops the frame's hold on it. A frame that is not pooled is left
+// untouched, so control frames shared between goroutines are never
+// written to here.
+func (f *Frame) release() {
+	if f.buf.fb == nil {
+		return
+	}
+	f.buf.put()
+	f.buf, f.Payload = bufRef{}, nil
 }
 
 func appendString(dst []byte, s string) []byte {
@@ -306,7 +370,9 @@ func Decode(b []byte, maxBytes int) (*Frame, error) {
 }
 
 // ReadFrame reads one frame from r. It reads the header first and rejects
-// a frame over maxBytes before allocating its body. A clean end of stream
+// a frame over maxBytes before allocating its body. A large DATA body is
+// read into a pooled buffer that the WriteKV made from the frame gives
+// back when applied. A clean end of stream
 // before the first byte is io.EOF; a stream that ends inside a frame is a
 // *FrameError wrapping ErrTruncated.
 func ReadFrame(r io.Reader, maxBytes int) (*Frame, error) {
@@ -324,25 +390,43 @@ func ReadFrame(r io.Reader, maxBytes int) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, HeaderSize+int(h.blen)+TrailerSize)
+	// Only a large DATA body is worth a pooled buffer; it is read straight
+	// into it, and the frame keeps it (see bufpool.go for who gives it
+	// back).
+	size := HeaderSize + int(h.blen) + TrailerSize
+	var b []byte
+	var ref bufRef
+	if h.typ == TypeData {
+		b, ref = getBuf(size)
+	} else {
+		b = make([]byte, size)
+	}
 	copy(b, hb[:])
 	if n, err := io.ReadFull(r, b[HeaderSize:]); err != nil {
+		ref.put()
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
 			return nil, frameErr(h, ErrTruncated, "stream ended %d bytes into a %d-byte body", n, h.blen)
 		}
 		return nil, err
 	}
-	return decodeChecked(h, b)
+	f, err := decodeChecked(h, b)
+	if err != nil {
+		ref.put()
+		return nil, err
+	}
+	f.buf = ref
+	return f, nil
 }
 
 // decodeChecked verifies the CRC of the complete frame b and decodes the
 // body.
 func decodeChecked(h *header, b []byte) (*Frame, error) {
 	end := len(b) - TrailerSize
-	if got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:]); got != want {
+	got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:])
+	if got != want {
 		return nil, frameErr(h, ErrChecksum, "computed %08x, frame says %08x", got, want)
 	}
-	f := &Frame{Type: h.typ, ID: h.id}
+	f := &Frame{Type: h.typ, ID: h.id, crc: got, crcFrom: crcDecoded}
 	d := decoder{b: b[HeaderSize:end]}
 	switch f.Type {
 	case TypeOpen:

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"fmt"
-	"hash/crc32"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
@@ -257,7 +256,10 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	if int(f.Seq) >= len(r.cover) || (r.commit != nil && f.Seq >= r.commit.Frames) {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "frame seq %d out of range", f.Seq), true)
 	}
-	key := frameKey{tf, tt, lf, lt, crc32.Checksum(f.Payload, castagnoli)}
+	// The frame's CRC (verified when it was decoded) identifies its bytes
+	// as well as a checksum of the payload would, without reading the
+	// payload again.
+	key := frameKey{tf, tt, lf, lt, f.dataCRC()}
 	if old, ok := r.seqs[f.Seq]; ok {
 		if old != key {
 			return r.fail(out, errf(errkind.Integrity, CodeCoverage, "two different frames with seq %d", f.Seq), true)
@@ -283,7 +285,9 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	r.seqs[f.Seq] = key
 	r.writes[f.Seq] = true
 	data := payloadFloats(f.Payload)
-	out = append(out, WriteKV{ID: r.res.ID, Seq: f.Seq, TokFrom: tf, TokTo: tt, LayerFrom: lf, LayerTo: lt, Data: data})
+	// The action carries the frame's pooled buffer, if any, for Apply to
+	// give back once the KV is copied (bufpool.go).
+	out = append(out, WriteKV{ID: r.res.ID, Seq: f.Seq, TokFrom: tf, TokTo: tt, LayerFrom: lf, LayerTo: lt, Data: data, buf: f.buf})
 	old := r.credit
 	for _, ok := r.seqs[r.credit]; ok; _, ok = r.seqs[r.credit] {
 		r.credit++

@@ -1,7 +1,10 @@
 package transfer
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
@@ -70,8 +73,21 @@ type Sender struct {
 
 	next, credit uint32 // next seq never sent; every seq < credit received
 	commit       *Frame
-	released     bool
-	err          *errkind.Error
+
+	// The digest is folded in as each frame's KV is first read, instead
+	// of reading the whole prompt's KV again at commit: sums holds the
+	// per-token checksums Digest would compute, summed is the next seq to
+	// fold, tokCRC the checksum of a token so far when its layers span
+	// several frames. blocks is scratch for checksum; comb combines CRCs
+	// of one K or V vector (crc.go).
+	sums   []byte
+	summed uint32
+	tokCRC uint32
+	blocks []uint32
+	comb   *crcCombiner
+
+	released bool
+	err      *errkind.Error
 
 	// corrupt, when set by a test, damages a payload after it is read and
 	// before it is framed: a fault only the digest check can catch.
@@ -273,9 +289,15 @@ func (s *Sender) pump(out []Action) []Action {
 	if int(s.next) < s.frames {
 		return out
 	}
-	sum, err := Digest(s.cfg.Source, s.cfg.Tokens, s.cfg.Layers, s.cfg.KVDim)
-	if err != nil {
-		return s.fail(out, errf(errkind.Internal, CodeWrite, "reading prefill KV for the digest: %v", err), true)
+	var sum [32]byte
+	if int(s.summed) == s.frames && s.sums != nil {
+		sum = digestOf(s.cfg.Tokens, s.cfg.Layers, s.cfg.KVDim, s.sums)
+	} else {
+		var err error
+		// One goroutine: a state machine starts none, not even briefly.
+		if sum, err = digest(s.cfg.Source, s.cfg.Tokens, s.cfg.Layers, s.cfg.KVDim, 1); err != nil {
+			return s.fail(out, errf(errkind.Internal, CodeWrite, "reading prefill KV for the digest: %v", err), true)
+		}
 	}
 	s.commit = &Frame{Type: TypeCommit, ID: s.cfg.ID, Tokens: uint32(s.cfg.Tokens), Frames: uint32(s.frames), FirstToken: s.cfg.FirstToken, Digest: sum}
 	s.state = sCommitted
@@ -319,8 +341,11 @@ func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	tf, tt, lf, lt := s.span(seq)
 	span := (tt - tf) * s.cfg.KVDim
 	n := 2 * span * (lt - lf)
-	payload := make([]byte, 4*n)
-	data := make([]float32, 0)
+	// The payload comes from the frame buffer pool, unzeroed: the reads
+	// below fill every byte of it. The edge gives it back when it sends
+	// the frame (Send; bufpool.go).
+	payload, ref := getBuf(4 * n)
+	var data []float32
 	if nativeLittleEndian {
 		data = bytesAsFloats(payload) // read the KV straight into the frame
 	} else {
@@ -329,17 +354,73 @@ func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	for i, l := 0, lf; l < lt; i, l = i+1, l+1 {
 		base := 2 * span * i
 		if err := s.cfg.Source.ReadTokens(l, tf, tt, data[base:base+span], data[base+span:base+2*span]); err != nil {
+			ref.put()
 			return nil, errf(errkind.Internal, CodeWrite, "reading prefill KV tokens [%d, %d) layer %d: %v", tf, tt, l, err)
 		}
 	}
+	f := &Frame{Type: TypeData, ID: s.cfg.ID, Seq: seq, TokFrom: uint32(tf), TokTo: uint32(tt),
+		LayerFrom: uint16(lf), LayerTo: uint16(lt), Payload: payload, buf: ref}
+	if nativeLittleEndian {
+		s.checksum(f, data, tf, tt, lf, lt)
+	}
 	if s.corrupt != nil {
 		s.corrupt(seq, data)
+		f.crcFrom = crcNone // the CRC is of the damaged bytes, as a real bug's would be
 	}
 	if !nativeLittleEndian {
 		PutFloats(payload, data)
 	}
-	return &Frame{Type: TypeData, ID: s.cfg.ID, Seq: seq, TokFrom: uint32(tf), TokTo: uint32(tt),
-		LayerFrom: uint16(lf), LayerTo: uint16(lt), Payload: payload}, nil
+	return f, nil
+}
+
+// checksum reads frame f's payload (data, laid out as a DATA payload
+// over tokens [tf, tt) x layers [lf, lt)) once, checksumming each K and V
+// vector, and combines those checksums two ways: in payload order into
+// the frame's wire CRC, and, the first time the frame is read, in token
+// order into the digest's per-token checksums. Frames are first read in
+// seq order, so a token's layers arrive in layer order and each token is
+// complete once its last layer is in.
+func (s *Sender) checksum(f *Frame, data []float32, tf, tt, lf, lt int) {
+	kd, T, L := s.cfg.KVDim, tt-tf, lt-lf
+	if s.sums == nil {
+		s.sums = make([]byte, 4*s.cfg.Tokens)
+		s.comb = combinerFor(4 * kd)
+	}
+	n := 2 * T * L // vectors, in payload order: layer, then K or V, then token
+	if cap(s.blocks) < n {
+		s.blocks = make([]uint32, n)
+	}
+	blocks := s.blocks[:n]
+	for i := range blocks {
+		blocks[i] = crc32.Checksum(floatBytes(data[i*kd:(i+1)*kd]), castagnoli)
+	}
+	var hb [HeaderSize + DataHeaderSize]byte
+	if head, err := f.appendHead(hb[:0], math.MaxInt); err == nil {
+		crc := crc32.Checksum(head, castagnoli)
+		for _, b := range blocks {
+			crc = s.comb.combine(crc, b)
+		}
+		f.crc, f.crcFrom = crc, crcBuilt
+	}
+	if f.Seq != s.summed {
+		return // a retransmission: its KV is in the digest already
+	}
+	s.summed++
+	for i := range T {
+		var crc uint32
+		if lf > 0 {
+			crc = s.tokCRC
+		}
+		for j := range L {
+			crc = s.comb.combine(crc, blocks[2*j*T+i])     // K
+			crc = s.comb.combine(crc, blocks[(2*j+1)*T+i]) // V
+		}
+		if lt == s.cfg.Layers {
+			binary.LittleEndian.PutUint32(s.sums[4*(tf+i):], crc)
+		} else {
+			s.tokCRC = crc
+		}
+	}
 }
 
 func (s *Sender) openFrame() *Frame {

@@ -2,7 +2,9 @@ package transfer
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"sync"
 	"time"
@@ -22,15 +24,34 @@ type TCPOptions struct {
 type tcpConn struct {
 	c    net.Conn
 	opts TCPOptions
+	// vec: c writes net.Buffers with one writev (a *net.TCPConn or
+	// *net.UnixConn), so a DATA frame goes out as head, payload and CRC
+	// in one system call without being copied together first.
+	vec bool
 
 	wmu  sync.Mutex
 	w    *bufio.Writer
 	r    *bufio.Reader
-	wbuf []byte // encode buffer reused by WriteFrame, under wmu
+	wbuf []byte      // encode buffer reused by WriteFrame, under wmu
+	trl  [4]byte     // a DATA frame's CRC, under wmu
+	bufs [3][]byte   // writev vector, under wmu
+	vecs net.Buffers // view of bufs that WriteTo consumes, under wmu
 
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// readBuffer is the read side's buffer. It is small on purpose: a DATA
+// body bypasses it (bufio reads a request at least this large straight
+// into the frame's buffer), and whatever the buffer picked up past a
+// header is copied once more, so the smaller it is, the less of each
+// payload is copied twice. Control frames are tens of bytes; this still
+// holds a hundred of them.
+const readBuffer = 4 << 10
+
+// vecPayload is the DATA payload size from which WriteFrame sends head,
+// payload and CRC as one vector instead of assembling the frame first.
+const vecPayload = 16 << 10
 
 // NewTCPConn frames c. Writes go through a bounded buffer and are flushed
 // at the end of every frame, under a per-frame write deadline, so a stalled
@@ -45,19 +66,18 @@ func NewTCPConn(c net.Conn, opts TCPOptions) Conn {
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 10 * time.Second
 	}
-	return &tcpConn{c: c, opts: opts, w: bufio.NewWriterSize(c, opts.WriteBuffer), r: bufio.NewReaderSize(c, 64<<10)}
+	t := &tcpConn{c: c, opts: opts, w: bufio.NewWriterSize(c, opts.WriteBuffer), r: bufio.NewReaderSize(c, readBuffer)}
+	switch c.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		t.vec = true
+	}
+	return t
 }
 
 func (t *tcpConn) Write(frame []byte) error {
 	if len(frame) > t.opts.MaxFrameBytes {
 		return fmt.Errorf("tcp transfer write: %w: %d bytes, limit %d", ErrTooLarge, len(frame), t.opts.MaxFrameBytes)
 	}
-	t.wmu.Lock()
-	defer t.wmu.Unlock()
-	return t.writeLocked(frame)
-}
-
-func (t *tcpConn) write(frame []byte) error {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	return t.writeLocked(frame)
@@ -76,19 +96,62 @@ func (t *tcpConn) writeLocked(frame []byte) error {
 	return nil
 }
 
-// WriteFrame encodes f into the connection's reusable buffer and writes
-// it: the hot path of a transfer, without a frame-sized allocation per
-// frame.
+// WriteFrame encodes and writes f: the hot path of a transfer. A control
+// frame is encoded into the connection's reusable buffer. A large DATA
+// frame's payload is never copied: its head is encoded, the CRC computed
+// over head and payload in place (or taken from the Sender, which
+// computed it while reading the KV), and the three written as one vector.
+// The whole of it runs under the write lock, so frames from several
+// goroutines never share the encode buffer or interleave.
 func (t *tcpConn) WriteFrame(f *Frame, maxBytes int) error {
+	limit := min(maxBytes, t.opts.MaxFrameBytes)
 	t.wmu.Lock()
-	b, err := f.Encode(t.wbuf[:0], min(maxBytes, t.opts.MaxFrameBytes))
+	defer t.wmu.Unlock()
+	if f.Type != TypeData || len(f.Payload) < vecPayload {
+		b, err := f.Encode(t.wbuf[:0], limit)
+		if err != nil {
+			return err
+		}
+		t.wbuf = b
+		return t.writeLocked(b)
+	}
+	head, err := f.appendHead(t.wbuf[:0], limit)
 	if err != nil {
-		t.wmu.Unlock()
 		return err
 	}
-	t.wbuf = b
-	t.wmu.Unlock()
-	return t.write(b)
+	t.wbuf = head
+	crc := f.crc
+	if f.crcFrom != crcBuilt {
+		crc = crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, f.Payload)
+	}
+	binary.LittleEndian.PutUint32(t.trl[:], crc)
+	if err := t.c.SetWriteDeadline(time.Now().Add(t.opts.WriteTimeout)); err != nil {
+		return fmt.Errorf("tcp transfer write: %w", err)
+	}
+	if !t.vec {
+		for _, b := range [...][]byte{head, f.Payload, t.trl[:]} {
+			if _, err := t.w.Write(b); err != nil {
+				return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
+			}
+		}
+		if err := t.w.Flush(); err != nil {
+			return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
+		}
+		return nil
+	}
+	// Every earlier write was flushed (or failed, and bufio keeps failing),
+	// so nothing buffered can be overtaken by the vector.
+	if err := t.w.Flush(); err != nil {
+		return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
+	}
+	t.bufs = [3][]byte{head, f.Payload, t.trl[:]}
+	t.vecs = t.bufs[:]
+	_, err = t.vecs.WriteTo(t.c)
+	t.bufs, t.vecs = [3][]byte{}, nil // hold no payload past the call
+	if err != nil {
+		return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
+	}
+	return nil
 }
 
 func (t *tcpConn) Read() (*Frame, error) {

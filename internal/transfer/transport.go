@@ -25,8 +25,12 @@ type Conn interface {
 // ErrClosed is returned by a Conn used after Close.
 var ErrClosed = errors.New("transfer connection closed")
 
-// Send encodes f within maxBytes and writes it to c.
+// Send encodes f within maxBytes and writes it to c. A DATA frame that a
+// Sender built is sent once: Send gives its pooled payload back when it
+// returns, written or not, and leaves f.Payload nil (bufpool.go). Other
+// frames are left as they were.
 func Send(c Conn, f *Frame, maxBytes int) error {
+	defer f.release()
 	if fw, ok := c.(interface {
 		WriteFrame(*Frame, int) error
 	}); ok {
