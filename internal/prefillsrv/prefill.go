@@ -125,6 +125,28 @@ func (c *countConn) Write(b []byte) error {
 	return err
 }
 
+// WriteFrame keeps the transport's own frame writer (one writev of header
+// and payload, no encode copy) visible through the counter: transfer.Send
+// uses it when the connection has one.
+func (c *countConn) WriteFrame(f *transfer.Frame, maxBytes int) error {
+	fw, ok := c.Conn.(interface {
+		WriteFrame(*transfer.Frame, int) error
+	})
+	if !ok {
+		b, err := f.Encode(nil, maxBytes)
+		if err != nil {
+			return err
+		}
+		return c.Write(b)
+	}
+	n := f.Size()
+	err := fw.WriteFrame(f, maxBytes)
+	if err == nil {
+		c.n.Add(int64(n))
+	}
+	return err
+}
+
 // send runs one transfer of h's KV to decode under a Sender, and answers
 // once it is terminal. The lease is released exactly when the Sender says
 // (on ACK, or on failure, its frames carrying their own copies of the KV).
