@@ -26,7 +26,7 @@
 // bound by how fast the weights stream from memory. Quantised types
 // multiply int8 by int8 with exact integer sums (VPMADDUBSW/VPMADDWD),
 // converting to float once per block. Attention's loops over cached
-// positions (DotRows, AxpyRows) and the exponentials of softmax and SiLU
+// positions (HeadScores, HeadAccum) and the exponentials of softmax and SiLU
 // have kernels of their own with the bits of the scalar definitions.
 package kernels
 

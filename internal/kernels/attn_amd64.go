@@ -2,23 +2,7 @@
 
 package kernels
 
-import (
-	"math"
-	"unsafe"
-)
-
-//go:noescape
-func axpyRowsAVX2(y, w, v *float32, strideBytes, rows, cols int)
-
-func dotRowsSIMD(out, q, k []float32, stride int) {
-	// matF32x1 over rows stride floats apart is Dot per row: Dot itself
-	// is matF32x1 over one row.
-	matF32x1(unsafe.Pointer(&k[0]), stride*4, len(out), &q[0], len(q), &out[0])
-}
-
-func axpyRowsSIMD(y, w, v []float32, stride int) {
-	axpyRowsAVX2(&y[0], &w[0], &v[0], stride*4, len(w), len(y))
-}
+import "math"
 
 //go:noescape
 func expShiftAVX2(x *float32, n int, m float32, c *[expConsts]float32)
@@ -55,4 +39,18 @@ func siluMulSIMD(a, b []float32) int {
 		siluMulAVX2(&a[0], &b[0], n, &expTable)
 	}
 	return n
+}
+
+//go:noescape
+func headScoresAVX2(out *float32, outStrideBytes int, q *float32, hd int, k *float32, strideBytes int, koff *int32, nh, rows int)
+
+//go:noescape
+func headAccumAVX2(o *float32, hd int, w *float32, wStrideBytes int, v *float32, strideBytes int, voff *int32, nh, rows int)
+
+func headScoresSIMD(out []float32, outStride int, q []float32, hd int, k []float32, stride int, koff []int32, rows int) {
+	headScoresAVX2(&out[0], outStride*4, &q[0], hd, &k[0], stride*4, &koff[0], len(koff), rows)
+}
+
+func headAccumSIMD(o []float32, hd int, w []float32, wStride int, v []float32, stride int, voff []int32, rows int) {
+	headAccumAVX2(&o[0], hd, &w[0], wStride*4, &v[0], stride*4, &voff[0], len(voff), rows)
 }

@@ -1,60 +1,65 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 )
 
-// The attention kernels must give exactly the bits of one Dot or Axpy call
-// per row, on both paths, for every width the blocking splits differently
-// (32-, 8- and 1-column pieces) and for padded strides.
-func TestAttentionRowsMatchPerRowCalls(t *testing.T) {
+// The head kernels must give each head exactly the bits of one Dot or Axpy
+// call per row, on both paths, for every head width the blocking splits
+// differently (16- and 8-float pieces and tails), grouped-query offsets
+// (heads sharing a key slice) and padded strides.
+func TestHeadKernelsMatchPerRowCalls(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, width := range []int{1, 3, 8, 16, 31, 32, 33, 40, 64, 72, 96, 128, 131} {
-		for _, pad := range []int{0, 5, 64} {
-			for _, rows := range []int{1, 2, 7, 17, 64} {
-				stride := width + pad
-				q := randFloats(rng, width)
-				kv := randFloats(rng, (rows-1)*stride+width)
-				w := randFloats(rng, rows)
-				y0 := randFloats(rng, width)
+	for _, hd := range []int{1, 3, 8, 16, 24, 31, 32, 64, 72, 128} {
+		for _, layout := range []struct{ heads, group, pad int }{{1, 1, 0}, {4, 1, 0}, {6, 3, 5}, {8, 8, 0}, {3, 1, 17}} {
+			for _, rows := range []int{1, 2, 7, 17, 40} {
+				kvHeads := layout.heads / layout.group
+				stride := kvHeads*hd + layout.pad
+				off := make([]int32, layout.heads)
+				for h := range off {
+					off[h] = int32((h / layout.group) * hd)
+				}
+				q := randFloats(rng, layout.heads*hd)
+				kv := randFloats(rng, (rows-1)*stride+kvHeads*hd)
+				outStride := rows + 3
+				w := randFloats(rng, (layout.heads-1)*outStride+rows)
+				o0 := randFloats(rng, layout.heads*hd)
 
-				wantDot := make([]float32, rows)
-				wantY := append([]float32(nil), y0...)
+				wantS := make([]float32, (layout.heads-1)*outStride+rows)
+				wantO := append([]float32(nil), o0...)
 				withPath(false, func() {
-					for i := range wantDot {
-						wantDot[i] = Dot(q, kv[i*stride:])
-					}
-					for i, a := range w {
-						Axpy(wantY, a, kv[i*stride:])
+					for h := range off {
+						for i := 0; i < rows; i++ {
+							wantS[h*outStride+i] = Dot(q[h*hd:(h+1)*hd], kv[i*stride+int(off[h]):])
+						}
+						for i := 0; i < rows; i++ {
+							Axpy(wantO[h*hd:(h+1)*hd], w[h*outStride+i], kv[i*stride+int(off[h]):])
+						}
 					}
 				})
 				for _, simd := range []bool{false, true} {
 					if simd && !hasAVX2 {
 						continue
 					}
-					gotDot := make([]float32, rows)
-					gotY := append([]float32(nil), y0...)
+					gotS := make([]float32, len(wantS))
+					gotO := append([]float32(nil), o0...)
 					withPath(simd, func() {
-						DotRows(gotDot, q, kv, stride)
-						AxpyRows(gotY, w, kv, stride)
+						HeadScores(gotS, outStride, q, hd, kv, stride, off, rows)
+						HeadAccum(gotO, hd, w, outStride, kv, stride, off, rows)
 					})
-					if i := firstBitDiff(gotDot, wantDot); i >= 0 {
-						t.Fatalf("DotRows width %d stride %d rows %d simd=%v: row %d = %v, per-row Dot %v", width, stride, rows, simd, i, gotDot[i], wantDot[i])
-					}
-					if i := firstBitDiff(gotY, wantY); i >= 0 {
-						t.Fatalf("AxpyRows width %d stride %d rows %d simd=%v: y[%d] = %v, per-row Axpy %v", width, stride, rows, simd, i, gotY[i], wantY[i])
-					}
-					// The SIMD per-row calls must agree with the Go ones too.
-					if simd {
-						withPath(true, func() {
-							for i := range gotDot {
-								if d := Dot(q, kv[i*stride:]); d != wantDot[i] {
-									t.Fatalf("Dot SIMD %v != Go %v", d, wantDot[i])
-								}
+					what := fmt.Sprintf("hd %d heads %d group %d stride %d rows %d simd=%v", hd, layout.heads, layout.group, stride, rows, simd)
+					for h := range off {
+						for i := 0; i < rows; i++ {
+							if g, w := gotS[h*outStride+i], wantS[h*outStride+i]; math.Float32bits(g) != math.Float32bits(w) {
+								t.Fatalf("HeadScores %s: head %d row %d = %v, per-row Dot %v", what, h, i, g, w)
 							}
-						})
+						}
+					}
+					if i := firstBitDiff(gotO, wantO); i >= 0 {
+						t.Fatalf("HeadAccum %s: o[%d] = %v, per-row Axpy %v", what, i, gotO[i], wantO[i])
 					}
 				}
 			}
@@ -62,12 +67,24 @@ func TestAttentionRowsMatchPerRowCalls(t *testing.T) {
 	}
 }
 
-func TestAttentionRowsRefuseShortSlices(t *testing.T) {
+func TestHeadKernelsRefuseShortSlices(t *testing.T) {
+	off := []int32{0, 8}
 	for name, f := range map[string]func(){
-		"DotRows short k":   func() { DotRows(make([]float32, 3), make([]float32, 8), make([]float32, 2*10+7), 10) },
-		"DotRows stride":    func() { DotRows(make([]float32, 2), make([]float32, 8), make([]float32, 100), 4) },
-		"AxpyRows short v":  func() { AxpyRows(make([]float32, 8), make([]float32, 3), make([]float32, 2*10+7), 10) },
-		"AxpyRows stride<w": func() { AxpyRows(make([]float32, 8), make([]float32, 2), make([]float32, 100), 7) },
+		"scores short k": func() {
+			HeadScores(make([]float32, 20), 10, make([]float32, 16), 8, make([]float32, 2*16+15), 16, off, 3)
+		},
+		"scores short out": func() { HeadScores(make([]float32, 12), 10, make([]float32, 16), 8, make([]float32, 100), 16, off, 3) },
+		"scores short q":   func() { HeadScores(make([]float32, 20), 10, make([]float32, 15), 8, make([]float32, 100), 16, off, 3) },
+		"scores head past": func() {
+			HeadScores(make([]float32, 20), 10, make([]float32, 16), 8, make([]float32, 100), 16, []int32{0, 9}, 3)
+		},
+		"accum short v": func() {
+			HeadAccum(make([]float32, 16), 8, make([]float32, 20), 10, make([]float32, 2*16+15), 16, off, 3)
+		},
+		"accum short w": func() { HeadAccum(make([]float32, 16), 8, make([]float32, 12), 10, make([]float32, 100), 16, off, 3) },
+		"accum negative off": func() {
+			HeadAccum(make([]float32, 16), 8, make([]float32, 20), 10, make([]float32, 100), 16, []int32{-1, 0}, 3)
+		},
 	} {
 		func() {
 			defer func() {
@@ -80,29 +97,40 @@ func TestAttentionRowsRefuseShortSlices(t *testing.T) {
 	}
 }
 
-func BenchmarkAttentionRows(b *testing.B) {
-	const width, kvDim, rows = 64, 768, 384
+// BenchmarkHeadKernels is one decode token's attention over a 128-position
+// cache of the 110M shape (12 layers x 12 heads of 64), with the cache far
+// from the processor caches: every head at once, position by position,
+// against one head at a time.
+func BenchmarkHeadKernels(b *testing.B) {
+	const layers, heads, hd, ctx, copies = 12, 12, 64, 128, 4
+	const kvd = heads * hd
 	rng := rand.New(rand.NewPCG(1, 2))
-	q := randFloats(rng, width)
-	kv := randFloats(rng, rows*kvDim)
-	sc := make([]float32, rows)
-	y := make([]float32, width)
-	b.Run("rows", func(b *testing.B) {
-		for b.Loop() {
-			DotRows(sc, q, kv, kvDim)
-			AxpyRows(y, sc, kv, kvDim)
-		}
-	})
-	b.Run("per-position", func(b *testing.B) {
-		for b.Loop() {
-			for i := range sc {
-				sc[i] = Dot(q, kv[i*kvDim:])
+	k := randFloats(rng, copies*layers*ctx*kvd)
+	v := randFloats(rng, copies*layers*ctx*kvd)
+	q := randFloats(rng, kvd)
+	o := make([]float32, kvd)
+	sc := make([]float32, heads*ctx)
+	off := make([]int32, heads)
+	for h := range off {
+		off[h] = int32(h * hd)
+	}
+	b.SetBytes(2 * layers * ctx * kvd * 4)
+	for _, gs := range []int{12, 6, 3, 1} {
+		b.Run(fmt.Sprintf("heads-per-sweep=%d", gs), func(b *testing.B) {
+			it := 0
+			for b.Loop() {
+				base := (it % copies) * layers * ctx * kvd
+				it++
+				for l := 0; l < layers; l++ {
+					kl, vl := k[base+l*ctx*kvd:], v[base+l*ctx*kvd:]
+					for h := 0; h < heads; h += gs {
+						HeadScores(sc[h*ctx:], ctx, q[h*hd:], hd, kl, kvd, off[h:h+gs], ctx)
+						HeadAccum(o[h*hd:], hd, sc[h*ctx:], ctx, vl, kvd, off[h:h+gs], ctx)
+					}
+				}
 			}
-			for i, a := range sc {
-				Axpy(y, a, kv[i*kvDim:])
-			}
-		}
-	})
+		})
+	}
 }
 
 // The vector exponential must give expf's bits for every input softmax can

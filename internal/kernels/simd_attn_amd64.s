@@ -1,103 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
-
-// func axpyRowsAVX2(y, w, v *float32, strideBytes, rows, cols int)
-//
-// y[j] += w[i]*v[i][j] for each row i in turn, the product rounded before
-// the add (VMULPS then VADDPS), as axpyGo does. Columns go in blocks of 32
-// (four accumulators live across all rows), then 8, then one at a time;
-// each column's sum sees the rows in order, so the blocking changes nothing.
-TEXT ·axpyRowsAVX2(SB), NOSPLIT, $0-48
-	MOVQ y+0(FP), DI
-	MOVQ w+8(FP), R8
-	MOVQ v+16(FP), SI
-	MOVQ strideBytes+24(FP), R12
-	MOVQ rows+32(FP), R13
-	MOVQ cols+40(FP), DX
-	TESTQ R13, R13
-	JZ done
-	XORQ AX, AX
-	MOVQ DX, BX
-	ANDQ $-32, BX
-
-block32:
-	CMPQ AX, BX
-	JGE start8
-	VMOVUPS (DI)(AX*4), Y0
-	VMOVUPS 32(DI)(AX*4), Y1
-	VMOVUPS 64(DI)(AX*4), Y2
-	VMOVUPS 96(DI)(AX*4), Y3
-	LEAQ (SI)(AX*4), R9
-	XORQ CX, CX
-
-	PCALIGN $32
-rows32:
-	VBROADCASTSS (R8)(CX*4), Y15
-	VMULPS (R9), Y15, Y8
-	VMULPS 32(R9), Y15, Y9
-	VMULPS 64(R9), Y15, Y10
-	VMULPS 96(R9), Y15, Y11
-	VADDPS Y8, Y0, Y0
-	VADDPS Y9, Y1, Y1
-	VADDPS Y10, Y2, Y2
-	VADDPS Y11, Y3, Y3
-	ADDQ R12, R9
-	INCQ CX
-	CMPQ CX, R13
-	JLT rows32
-	VMOVUPS Y0, (DI)(AX*4)
-	VMOVUPS Y1, 32(DI)(AX*4)
-	VMOVUPS Y2, 64(DI)(AX*4)
-	VMOVUPS Y3, 96(DI)(AX*4)
-	ADDQ $32, AX
-	JMP block32
-
-start8:
-	MOVQ DX, BX
-	ANDQ $-8, BX
-
-block8:
-	CMPQ AX, BX
-	JGE block1
-	VMOVUPS (DI)(AX*4), Y0
-	LEAQ (SI)(AX*4), R9
-	XORQ CX, CX
-
-rows8:
-	VBROADCASTSS (R8)(CX*4), Y15
-	VMULPS (R9), Y15, Y8
-	VADDPS Y8, Y0, Y0
-	ADDQ R12, R9
-	INCQ CX
-	CMPQ CX, R13
-	JLT rows8
-	VMOVUPS Y0, (DI)(AX*4)
-	ADDQ $8, AX
-	JMP block8
-
-block1:
-	CMPQ AX, DX
-	JGE done
-	VMOVSS (DI)(AX*4), X0
-	LEAQ (SI)(AX*4), R9
-	XORQ CX, CX
-
-rows1:
-	VMOVSS (R8)(CX*4), X15
-	VMULSS (R9), X15, X8
-	VADDSS X8, X0, X0
-	ADDQ R12, R9
-	INCQ CX
-	CMPQ CX, R13
-	JLT rows1
-	VMOVSS X0, (DI)(AX*4)
-	INCQ AX
-	JMP block1
-
-done:
-	VZEROUPPER
-	RET
+#include "simd_amd64.h"
 
 // EXPCORE sets Y4 to expf(Y0) lane by lane: each step the float32 operation
 // expf in ops.go performs, in the same order and never fused, so the bits
@@ -217,5 +121,144 @@ siluloop:
 	JNZ siluloop
 
 siludone:
+	VZEROUPPER
+	RET
+
+// func headScoresAVX2(out *float32, outStrideBytes int, q *float32, hd int, k *float32, strideBytes int, koff *int32, nh, rows int)
+//
+// For each row of k in turn and each head h: out[h][row] = Dot(q_h,
+// k[row][koff[h]:]), in matF32x1's order (16 lanes with FMA, REDUCE16,
+// then the tail one element at a time), so each value has Dot's bits.
+TEXT ·headScoresAVX2(SB), NOSPLIT, $0-72
+	MOVQ out+0(FP), DI
+	MOVQ q+16(FP), R8
+	MOVQ hd+24(FP), DX
+	MOVQ k+32(FP), SI
+	MOVQ strideBytes+40(FP), R12
+	MOVQ koff+48(FP), R9
+	MOVQ rows+64(FP), R13
+	MOVQ DX, BX
+	ANDQ $-16, BX
+	LEAQ (R12*8), R11
+
+hsrow:
+	MOVQ DI, R14
+	MOVQ R8, R15
+	XORQ CX, CX
+
+hshead:
+	MOVLQSX (R9)(CX*4), AX
+	LEAQ (SI)(AX*4), R10
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	PREFETCHT0 128(R10)(R11*1)
+	PREFETCHT0 192(R10)(R11*1)
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE hsreduce
+
+	PCALIGN $32
+hsloop:
+	VMOVUPS (R10)(AX*4), Y8
+	VMOVUPS 32(R10)(AX*4), Y9
+	VFMADD231PS (R15)(AX*4), Y8, Y0
+	VFMADD231PS 32(R15)(AX*4), Y9, Y1
+	ADDQ $16, AX
+	CMPQ AX, BX
+	JLT hsloop
+
+hsreduce:
+	REDUCE16(Y0, Y1, X0, X12)
+	CMPQ AX, DX
+	JGE hsstore
+
+hstail:
+	VMOVSS (R10)(AX*4), X8
+	VFMADD231SS (R15)(AX*4), X8, X0
+	INCQ AX
+	CMPQ AX, DX
+	JLT hstail
+
+hsstore:
+	VMOVSS X0, (R14)
+	ADDQ outStrideBytes+8(FP), R14
+	LEAQ (R15)(DX*4), R15
+	INCQ CX
+	CMPQ CX, nh+56(FP)
+	JLT hshead
+	ADDQ $4, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ hsrow
+	VZEROUPPER
+	RET
+
+// func headAccumAVX2(o *float32, hd int, w *float32, wStrideBytes int, v *float32, strideBytes int, voff *int32, nh, rows int)
+//
+// For each row of v in turn and each head h: o_h[j] += w[h][row] ·
+// v[row][voff[h]+j], the product rounded before the add (VMULPS then
+// VADDPS), as axpyGo does: per head, the bits of one Axpy per row.
+TEXT ·headAccumAVX2(SB), NOSPLIT, $0-72
+	MOVQ o+0(FP), DI
+	MOVQ hd+8(FP), DX
+	MOVQ w+16(FP), R8
+	MOVQ v+32(FP), SI
+	MOVQ strideBytes+40(FP), R12
+	MOVQ voff+48(FP), R9
+	MOVQ rows+64(FP), R13
+	MOVQ DX, BX
+	ANDQ $-8, BX
+	LEAQ (R12*8), R11
+
+harow:
+	MOVQ DI, R14
+	MOVQ R8, R15
+	XORQ CX, CX
+
+hahead:
+	MOVLQSX (R9)(CX*4), AX
+	LEAQ (SI)(AX*4), R10
+	PREFETCHT0 (R10)(R11*1)
+	PREFETCHT0 64(R10)(R11*1)
+	PREFETCHT0 128(R10)(R11*1)
+	PREFETCHT0 192(R10)(R11*1)
+	VBROADCASTSS (R15), Y15
+	XORQ AX, AX
+	CMPQ AX, BX
+	JGE hatail0
+
+	PCALIGN $32
+haloop:
+	VMULPS (R10)(AX*4), Y15, Y8
+	VADDPS (R14)(AX*4), Y8, Y8
+	VMOVUPS Y8, (R14)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, BX
+	JLT haloop
+
+hatail0:
+	CMPQ AX, DX
+	JGE hanext
+
+hatail:
+	VMULSS (R10)(AX*4), X15, X8
+	VADDSS (R14)(AX*4), X8, X8
+	VMOVSS X8, (R14)(AX*4)
+	INCQ AX
+	CMPQ AX, DX
+	JLT hatail
+
+hanext:
+	LEAQ (R14)(DX*4), R14
+	ADDQ wStrideBytes+24(FP), R15
+	INCQ CX
+	CMPQ CX, nh+56(FP)
+	JLT hahead
+	ADDQ $4, R8
+	ADDQ R12, SI
+	DECQ R13
+	JNZ harow
 	VZEROUPPER
 	RET

@@ -51,6 +51,8 @@ type Runner struct {
 	lastRow    []int32   // sequences needing logits -> their last token's row
 	failed     []bool
 	prods      [3]kernels.Product // MatMuls argument, kept to not allocate
+	kvOff      []int32            // head -> offset of its key/value head in a cache row
+	attnGroups int                // head groups per token in the current attention loop
 }
 
 // NewRunner returns a Runner for batches of up to maxTokens tokens in all,
@@ -68,7 +70,13 @@ func (m *Model) NewRunner(pool *kernels.Pool, maxTokens int) *Runner {
 	r.v = make([]float32, maxTokens*c.KVDim())
 	r.hb = make([]float32, maxTokens*c.Hidden)
 	r.hb2 = make([]float32, maxTokens*c.Hidden)
-	r.scores = make([]float32, pool.ForChunks(maxTokens*c.Heads)*c.ContextLen)
+	// Scores of up to every head of a token per chunk of the attention
+	// loop (see attend).
+	r.scores = make([]float32, pool.ForChunks(maxTokens*c.Heads)*c.Heads*c.ContextLen)
+	r.kvOff = make([]int32, c.Heads)
+	for h := range r.kvOff {
+		r.kvOff[h] = int32((h / (c.Heads / c.KVHeads)) * c.HeadDim)
+	}
 	r.attendFn = r.attend
 	r.cos = make([]float32, maxTokens*c.RopeDim/2)
 	r.sin = make([]float32, maxTokens*c.RopeDim/2)
@@ -255,11 +263,15 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 		row += len(s.Tokens)
 	}
 
-	// Attention, one (token, head) pair per item, spread over the pool's
-	// threads: each token sees its own sequence's positions [0, pos] and
-	// nothing else, and each pair writes only its own output slice, so the
-	// split cannot change a bit of the result.
-	r.pool.For(n*c.Heads, r.attendFn)
+	// Attention, one (token, group of heads) pair per item, spread over the
+	// pool's threads: each token sees its own sequence's positions [0, pos]
+	// and nothing else, and each item writes only its own output slice, so
+	// the split cannot change a bit of the result.
+	// A few tokens split their heads into small groups so that every
+	// thread has several items; many tokens keep all heads of a token in
+	// one sweep along the cache rows.
+	r.attnGroups = min(c.Heads, max(1, (4*r.pool.Threads()+n-1)/n))
+	r.pool.For(n*r.attnGroups, r.attendFn)
 	r.pool.MatMul(r.xb2[:n*D], &w.O, r.att[:n*QD], n)
 	kernels.Add(r.x[:n*D], r.xb2[:n*D])
 
@@ -276,51 +288,61 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 }
 
 // attend computes attention for items [lo, hi) of the current layer, item
-// i being token i/Heads, head i%Heads, with chunk's scratch for scores.
+// i being token i/attnGroups and its heads group i%attnGroups, with chunk's
+// scratch for scores. A group's heads walk the cached positions together,
+// so each key and value row is read front to back once per group.
 func (r *Runner) attend(chunk, lo, hi int) {
 	c := &r.m.Config
 	KVD, HD := c.KVDim(), c.HeadDim
 	QD := c.Heads * HD
 	scale := float32(math.Sqrt(float64(HD)))
-	group := c.Heads / c.KVHeads
-	scores := r.scores[chunk*c.ContextLen : (chunk+1)*c.ContextLen]
+	G := r.attnGroups
+	gs := (c.Heads + G - 1) / G
+	scores := r.scores[chunk*gs*c.ContextLen : (chunk+1)*gs*c.ContextLen]
 	for i := lo; i < hi; i++ {
-		t, h := i/c.Heads, i%c.Heads
-		o := r.att[t*QD+h*HD : t*QD+(h+1)*HD]
+		t, g := i/G, i%G
+		h0, h1 := g*gs, min(c.Heads, (g+1)*gs)
+		if h0 >= h1 {
+			continue
+		}
+		o := r.att[t*QD+h0*HD : t*QD+h1*HD]
 		si := r.tokSeq[t]
 		if r.failed[si] {
 			clear(o)
 			continue
 		}
-		pos := int(r.tokPos[t])
+		n := int(r.tokPos[t]) + 1 // positions [0, pos] are visible
 		spans := r.spans[si]
-		q := r.q[t*QD+h*HD : t*QD+(h+1)*HD]
-		koff := (h / group) * HD
-		sc := scores[:pos+1]
-		// One kernel call per span (a page of the paged cache) rather
-		// than per position; the bits are those of per-position Dot and
-		// Axpy, so paging and batching still change nothing.
+		q := r.q[t*QD+h0*HD : t*QD+h1*HD]
+		offs := r.kvOff[h0:h1]
+		// Head h-h0's scores are scores[(h-h0)*n : (h-h0+1)*n]. One call
+		// per span (a page of the paged cache); the bits are those of a
+		// Dot and an Axpy per position, so paging, batching and the head
+		// grouping change nothing.
 		p := 0
 		for _, sp := range spans {
-			nt := min(len(sp.K)/KVD, pos+1-p)
+			nt := min(len(sp.K)/KVD, n-p)
 			if nt <= 0 {
 				break
 			}
-			kernels.DotRows(sc[p:p+nt], q, sp.K[koff:], KVD)
+			kernels.HeadScores(scores[p:], n, q, HD, sp.K, KVD, offs, nt)
 			p += nt
 		}
-		for j := range sc {
-			sc[j] /= scale
+		for h := 0; h < h1-h0; h++ {
+			sc := scores[h*n : (h+1)*n]
+			for j := range sc {
+				sc[j] /= scale
+			}
+			kernels.Softmax(sc)
 		}
-		kernels.Softmax(sc)
 		clear(o)
 		p = 0
 		for _, sp := range spans {
-			nt := min(len(sp.V)/KVD, pos+1-p)
+			nt := min(len(sp.V)/KVD, n-p)
 			if nt <= 0 {
 				break
 			}
-			kernels.AxpyRows(o, sc[p:p+nt], sp.V[koff:], KVD)
+			kernels.HeadAccum(o, HD, scores[p:], n, sp.V, KVD, offs, nt)
 			p += nt
 		}
 	}
