@@ -96,14 +96,14 @@ func (s *Server) apply(acts []transfer.Action) {
 		case transfer.WriteKV:
 			err := errors.New("no sequence for this transfer")
 			if r := s.res[a.ID]; r != nil {
-				err = a.Apply(r.seq, s.kvDim)
+				err = a.ApplyReadBack(r.seq, s.kvDim)
 			}
 			acts = append(acts, s.table.Step(transfer.WriteDone{ID: a.ID, Seq: a.Seq, Err: err})...)
 		case transfer.ComputeDigest:
 			var sum [32]byte
 			err := errors.New("no sequence for this transfer")
 			if r := s.res[a.ID]; r != nil {
-				sum, err = transfer.Digest(r.seq, a.Tokens, s.layers, s.kvDim)
+				sum, err = a.Sum(r.seq, s.layers, s.kvDim)
 			}
 			acts = append(acts, s.table.Step(transfer.DigestDone{ID: a.ID, Sum: sum, Err: err})...)
 		case transfer.MarkReady:

@@ -17,10 +17,10 @@
 //	  └──scrub, gen++── no holders ◀── leases drain ("release pending")
 //
 // Every page carries a tag (tenant, request, generation); a table entry
-// records the tag it expects. Slot, Spans, ReadTokens and WriteTokens check
-// each page they touch once per call; a mismatch returns an error wrapping
-// ErrOwnership, counts a violation (Stats.Violations, which must stay
-// zero) and returns no data.
+// records the tag it expects. Slot, Spans, SpansRange, ReadTokens and
+// WriteTokens check each page they touch once per call; a mismatch returns
+// an error wrapping ErrOwnership, counts a violation (Stats.Violations,
+// which must stay zero) and returns no data.
 //
 // What kv must never do:
 //   - hand a page's floats to anyone but the sequence (or the lease taken

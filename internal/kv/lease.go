@@ -64,6 +64,16 @@ func (l *Lease) Release() error {
 	return nil
 }
 
+// Live reports whether the lease still pins its pages: Release has not
+// been called. A reader that holds slices of the pages (Spans) checks it
+// before each use, since after Release the pages may be scrubbed and
+// handed to another tenant.
+func (l *Lease) Live() bool {
+	l.pool.mu.Lock()
+	defer l.pool.mu.Unlock()
+	return !l.released
+}
+
 // ReadTokens copies positions [from, to) of layer, as Seq.ReadTokens does,
 // through the pinned pages. Tags are compared by page generation only: a
 // page shared to the prefix cache after the lease was taken changes owner

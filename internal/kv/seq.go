@@ -244,6 +244,43 @@ func (s *Seq) Spans(dst []model.Span, layer, n int) ([]model.Span, error) {
 	return dst, nil
 }
 
+// SpansRange appends one Span per page that positions [from, to) of
+// layer touch, each clipped to the range: the same pages and offsets
+// Spans lends for those positions, for a reader that checks a range just
+// written (the transfer's read-back) without waiting for the run from 0
+// to be contiguous. Every position in the range must have been written;
+// each page's tag is checked once, and on a failure dst comes back
+// unextended.
+func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, error) {
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := s.checkLayer(layer); err != nil {
+		return dst, err
+	}
+	if from < 0 || from > to || to > len(s.table)*p.cfg.PageSize {
+		return dst, fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, len(s.table)*p.cfg.PageSize)
+	}
+	bits := s.written[layer]
+	for pos := max(from, s.filled[layer]); pos < to; pos++ {
+		if bits[pos>>6]&(1<<(pos&63)) == 0 {
+			return dst, fmt.Errorf("%w: position %d of layer %d was never written", ErrRange, pos, layer)
+		}
+	}
+	if err := p.checkRange(s.table, from, to); err != nil {
+		return dst, err
+	}
+	ps := p.cfg.PageSize
+	for pos := from; pos < to; {
+		j := pos / ps
+		end := min(to, (j+1)*ps)
+		k, v := p.span(s.table[j].page, layer, pos-j*ps, end-j*ps)
+		dst = append(dst, model.Span{K: k, V: v})
+		pos = end
+	}
+	return dst, nil
+}
+
 // checkRange tag-checks every page of table that positions [from, to)
 // touch. The caller holds mu.
 func (p *Pool) checkRange(table []entry, from, to int) error {

@@ -149,7 +149,11 @@ func (c *countConn) WriteFrame(f *transfer.Frame, maxBytes int) error {
 
 // send runs one transfer of h's KV to decode under a Sender, and answers
 // once it is terminal. The lease is released exactly when the Sender says
-// (on ACK, or on failure, its frames carrying their own copies of the KV).
+// (on ACK, or on failure). DATA frames alias the leased pages (the
+// transfer package's alias.go): this loop carries out the Sender's
+// actions in order, on this goroutine, and transfer.Send has written a
+// frame when it returns, so every frame is sent before the Release that
+// ends the lease.
 func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRequest, h *engine.Handoff) peerapi.PrefillResult {
 	released := false
 	release := func() {

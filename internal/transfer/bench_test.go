@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 )
 
@@ -14,14 +15,22 @@ import (
 // K and V; here 3 layers × 3072 floats to keep the test fixtures' layer
 // count), over loopback TCP: once through the full protocol (frames,
 // CRC32C on every frame, credit window, coverage tracking, writes into
-// kv pages, SHA-256 digest verification at commit, acknowledgement), and
-// once as raw bytes through the same kind of socket. Compare their MB/s:
+// kv pages, the digest of the pages checked at commit, acknowledgement),
+// and once as raw bytes through the same kind of socket. Compare their
+// MB/s:
 //
 //	go test -run '^$' -bench 'Loopback' -count 5 ./internal/transfer/ | benchstat -
+//
+// Both use the production defaults (internal/config): frames of
+// DefaultFrameBytes, DefaultWindow of them in flight; the raw reference
+// writes frame-sized chunks and reads readPiece-sized ones, the sizes the
+// TCP transport writes and reads.
 const (
 	benchTokens = 512
 	benchKVDim  = 3072
 	benchBytes  = benchTokens * testLayers * benchKVDim * 2 * 4
+	benchFrame  = config.DefaultFrameBytes
+	benchWindow = config.DefaultWindow
 )
 
 func BenchmarkTransferLoopback(b *testing.B) {
@@ -52,11 +61,11 @@ func BenchmarkTransferLoopback(b *testing.B) {
 		}
 		tbl := NewTable(TableConfig{})
 		if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: benchTokens, MaxNew: 1, Layers: testLayers, KVDim: benchKVDim,
-			Deadline: 30 * time.Second, Window: 8, MaxFrameBytes: 1 << 20}); err != nil {
+			Deadline: 30 * time.Second, Window: benchWindow, MaxFrameBytes: benchFrame}); err != nil {
 			b.Fatal(err)
 		}
 		s, err := NewSender(SenderConfig{ID: id, Tenant: "a", Tokens: benchTokens, Layers: testLayers, KVDim: benchKVDim, Source: lease,
-			MaxFrameBytes: 1 << 20, Window: 8, Lease: 30 * time.Second, Retry: time.Second})
+			MaxFrameBytes: benchFrame, Window: benchWindow, Lease: 30 * time.Second, Retry: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -92,11 +101,12 @@ func BenchmarkTransferLoopback(b *testing.B) {
 
 // BenchmarkRawTCPLoopback is the reference: the same 37.7 MB moved from
 // one buffer in memory to another through the same kind of socket
-// (net.Dial/Accept defaults, as the transport gets them), in frame-sized
-// 256 KiB writes and 256 KiB reads, with nothing checked. Like the KV it
-// stands for, the data starts in memory and must land in memory: a
-// reference that resent one cache-hot 256 KiB chunk and read into one
-// would measure the socket alone, not moving the bytes. (io.Copy into
+// (net.Dial/Accept defaults, as the transport gets them), in writes of a
+// frame (benchFrame) and reads of readPiece, as the transport makes
+// them, with nothing checked. Like the KV it stands for, the data starts
+// in memory and must land in memory: a reference that resent one
+// cache-hot chunk and read into one would measure the socket alone, not
+// moving the bytes. (io.Copy into
 // io.Discard would read 8 KiB at a time, a slower reference than this.)
 func BenchmarkRawTCPLoopback(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -104,7 +114,7 @@ func BenchmarkRawTCPLoopback(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	const chunk = 256 << 10
+	const wchunk, rchunk = benchFrame, readPiece
 	src := make([]byte, benchBytes)
 	dst := make([]byte, benchBytes)
 	for i := range src {
@@ -124,7 +134,7 @@ func BenchmarkRawTCPLoopback(b *testing.B) {
 			defer nc.Close()
 			n := 0
 			for n < len(dst) {
-				m, err := nc.Read(dst[n:min(len(dst), n+chunk)])
+				m, err := nc.Read(dst[n:min(len(dst), n+rchunk)])
 				n += m
 				if err != nil {
 					break
@@ -136,8 +146,8 @@ func BenchmarkRawTCPLoopback(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for sent := 0; sent < benchBytes; sent += chunk {
-			if _, err := nc.Write(src[sent:min(benchBytes, sent+chunk)]); err != nil {
+		for sent := 0; sent < benchBytes; sent += wchunk {
+			if _, err := nc.Write(src[sent:min(benchBytes, sent+wchunk)]); err != nil {
 				b.Fatal(err)
 			}
 		}

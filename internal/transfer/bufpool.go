@@ -16,9 +16,12 @@ import (
 //
 // Ownership, one rule per buffer kind:
 //
-//   - Outgoing: Sender.dataFrame takes the payload of every DATA frame it
-//     builds from the pool and hands the frame to the edge in a SendFrame
-//     action. The edge owns the frame from then on, and Send gives the
+//   - Outgoing: when its Source does not pin pages it can lend (anything
+//     but a kv.Lease), or a test damages payloads, Sender.dataFrame takes
+//     the payload of every DATA frame it builds from the pool and hands
+//     the frame to the edge in a SendFrame action. (From a kv.Lease it
+//     takes no buffer at all: the frame aliases the pinned pages, under
+//     the rule in alias.go.) The edge owns the frame from then on, and Send gives the
 //     payload back once it has been written (or failed to write): a
 //     SendFrame is sent once. After Send, the frame's Payload is nil, so a
 //     second send fails loudly in Encode instead of reading a recycled

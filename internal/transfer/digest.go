@@ -197,7 +197,11 @@ func spanSums(r kvSpanner, n, layers, kvdim, workers int) ([]byte, error) {
 // Apply then gives back the pooled buffer Data may alias (bufpool.go):
 // w.Data must not be read afterwards, and a second Apply of the same
 // action fails rather than copy a recycled buffer.
-func (w WriteKV) Apply(dst KVWriter, kvdim int) error {
+func (w WriteKV) Apply(dst KVWriter, kvdim int) error { return w.apply(dst, kvdim, nil) }
+
+// apply is Apply, calling then (when not nil) after each layer is
+// written, while that layer's pages are still in cache.
+func (w WriteKV) apply(dst KVWriter, kvdim int, then func(layer int) error) error {
 	if !w.buf.live() {
 		return fmt.Errorf("transfer write %d: the frame's buffer was already given back (WriteKV applied twice?)", w.Seq)
 	}
@@ -210,6 +214,11 @@ func (w WriteKV) Apply(dst KVWriter, kvdim int) error {
 		base := 2 * span * i
 		if err := dst.WriteTokens(l, w.TokFrom, w.TokTo, w.Data[base:base+span], w.Data[base+span:base+2*span]); err != nil {
 			return fmt.Errorf("transfer write %d: layer %d tokens [%d, %d): %w", w.Seq, l, w.TokFrom, w.TokTo, err)
+		}
+		if then != nil {
+			if err := then(l); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

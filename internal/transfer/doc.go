@@ -12,16 +12,22 @@
 //     sockets or clocks; time arrives as Tick(now);
 //   - Digest, the placement-independent SHA-256 of KV in token order;
 //   - Conn transports (in-memory Pipe, TCP) and WithFaults/ParseFaults;
-//   - the pool of DATA frame buffers (bufpool.go): a Sender's payload goes
-//     back when Send has written it, a received one when WriteKV.Apply
-//     has copied it into the sequence. The machines only carry the
-//     reference from frame to action; they never take or give back one.
+//   - the pool of DATA frame buffers (bufpool.go): a received payload goes
+//     back when WriteKV.Apply has copied it into the sequence, a copied
+//     outgoing one when Send has written it. The machines only carry the
+//     reference from frame to action; they never take or give back one;
+//   - the rule under which a Sender's DATA frame aliases the pinned pages
+//     of a kv.Lease instead of a copy (alias.go), and the read-back that
+//     folds the receiver's digest as the KV lands (readback.go).
 //
-// The hot path reads every byte of KV as few times as the checks allow:
-// the Sender checksums each K and V vector of a frame once and combines
-// the checksums into both the frame's CRC and the digest (crc.go); the
-// TCP transport writes head, payload and CRC with one writev and reads a
-// body straight into its buffer; Digest reads kv pages in place.
+// The hot path reads every byte of KV as few times as the checks allow.
+// Prefill: the Sender checksums each K and V vector of a frame once, in
+// the pinned pages, and combines the checksums into both the frame's CRC
+// and the digest (crc.go); the TCP transport writes head, page slices and
+// CRC with one writev, the only copy. Decode: the transport reads a body
+// into a pooled buffer in cache-sized pieces, checksumming each as it
+// arrives; ApplyReadBack copies each layer into the pages and reads it
+// straight back for the digest, so COMMIT only combines checksums.
 //
 // It must never:
 //   - let a decode sequence become Ready unless every (token, layer) of the

@@ -88,7 +88,8 @@ type SendFrame struct {
 // WriteKV asks the edge to copy KV into the reserved sequence and answer
 // with WriteDone{ID, Seq}. Data is laid out as a DATA payload: for each
 // layer in [LayerFrom, LayerTo), K of tokens [TokFrom, TokTo) ([token]
-// [kvdim]) then V likewise. Apply does exactly that against a kv.Seq.
+// [kvdim]) then V likewise. Apply does exactly that against a kv.Seq;
+// ApplyReadBack also reads the cells back into the transfer's digest.
 //
 // Data may alias the received frame's pooled buffer: Apply gives that
 // buffer back, so Data must not be read after Apply (bufpool.go).
@@ -99,15 +100,20 @@ type WriteKV struct {
 	LayerFrom, LayerTo int
 	Data               []float32
 
-	buf bufRef // the pooled buffer Data lives in, if any
+	buf bufRef    // the pooled buffer Data lives in, if any
+	rb  *readBack // the transfer's folded digest (readback.go)
 }
 
 // ComputeDigest asks the edge to compute Digest over tokens [0, Tokens) of
 // the reserved sequence and answer with DigestDone. All writes have been
-// confirmed when it is asked for.
+// confirmed when it is asked for. Sum computes it, from what
+// WriteKV.ApplyReadBack read back when the edge applied every write with
+// it (readback.go), else by reading the pages.
 type ComputeDigest struct {
 	ID     ID
 	Tokens int
+
+	rb *readBack
 }
 
 // MarkReady says the transfer verified: the sequence holds exactly the

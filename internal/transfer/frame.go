@@ -97,7 +97,9 @@ type Frame struct {
 	// each layer in range, K of every token in range ([token][kvdim]),
 	// then V likewise. After Decode, Payload aliases the decoded buffer;
 	// after ReadFrame it may alias a pooled one, which WriteKV.Apply gives
-	// back (bufpool.go says who owns a payload, and until when).
+	// back (bufpool.go says who owns a payload, and until when). A
+	// Sender's frame may hold its payload in place instead, in pinned KV
+	// pages, with Payload nil: Encode and Send read it (alias.go).
 	Seq                uint32
 	TokFrom, TokTo     uint32
 	LayerFrom, LayerTo uint16
@@ -120,6 +122,14 @@ type Frame struct {
 	// buf is the pooled buffer Payload lives in, if any (see bufpool.go
 	// for who gives it back, and when).
 	buf bufRef
+	// vec, when not nil, is a Sender's DATA payload held in place: the
+	// payload's bytes, in payload order, as slices of the Source's pinned
+	// KV pages, and Payload is nil. vecLen is their total length. pin
+	// says whether the pages are still pinned; nothing reads vec once it
+	// says no (alias.go has the rule).
+	vec    [][]byte
+	vecLen int
+	pin    pinner
 	// crc is the frame's wire checksum, known without reading the frame
 	// again: crcFrom says whence. The Receiver keys duplicates on a
 	// decoded frame's; the TCP transport sends a Sender's as it is.
@@ -213,7 +223,7 @@ func (f *Frame) bodyLen() int {
 	case TypeHello:
 		return 8
 	case TypeData:
-		return DataHeaderSize + len(f.Payload)
+		return DataHeaderSize + f.payloadLen()
 	case TypeCredit:
 		return 4
 	case TypeCommit:
@@ -236,7 +246,13 @@ func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
 		return dst, err
 	}
 	if f.Type == TypeData {
+		if err := f.readable(); err != nil {
+			return dst[:start], err
+		}
 		dst = append(dst, f.Payload...)
+		for _, p := range f.vec {
+			dst = append(dst, p...)
+		}
 	}
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
 }
@@ -310,13 +326,26 @@ func (f *Frame) dataCRC() uint32 {
 		return f.crc
 	}
 	var hb [HeaderSize + DataHeaderSize]byte
-	head, err := f.appendHead(hb[:0], math.MaxInt)
-	if err != nil {
-		// A frame that cannot be encoded has no wire CRC; the payload's
-		// own still tells different payloads apart.
-		return crc32.Checksum(f.Payload, castagnoli)
+	var crc uint32
+	if head, err := f.appendHead(hb[:0], math.MaxInt); err == nil {
+		crc = crc32.Checksum(head, castagnoli)
+	} // else a frame that cannot be encoded has no wire CRC; the payload's own still tells different payloads apart
+	if f.readable() != nil {
+		return crc
 	}
-	return crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, f.Payload)
+	crc = crc32.Update(crc, castagnoli, f.Payload)
+	for _, p := range f.vec {
+		crc = crc32.Update(crc, castagnoli, p)
+	}
+	return crc
+}
+
+// payloadLen is the length of a DATA frame's payload, however it is held.
+func (f *Frame) payloadLen() int {
+	if f.vec != nil {
+		return f.vecLen
+	}
+	return len(f.Payload)
 }
 
 // release gives back a pooled payload (a Sender's DATA frame, once sent)
@@ -324,6 +353,12 @@ func (f *Frame) dataCRC() uint32 {
 // untouched, so control frames shared between goroutines are never
 // written to here.
 func (f *Frame) release() {
+	if f.vec != nil {
+		// In place: nothing to give back, but the frame lets go of the
+		// pages, so a second send fails in Encode instead of reading them.
+		f.vec, f.vecLen, f.pin = nil, 0, nil
+		return
+	}
 	if f.buf.fb == nil {
 		return
 	}
@@ -344,7 +379,7 @@ func checkDataShape(f *Frame) error {
 		return fmt.Errorf("%w: empty range tokens [%d, %d) layers [%d, %d)", ErrBody, f.TokFrom, f.TokTo, f.LayerFrom, f.LayerTo)
 	}
 	cells := uint64(f.TokTo-f.TokFrom) * uint64(f.LayerTo-f.LayerFrom)
-	if n := uint64(len(f.Payload)); n == 0 || n%(cells*8) != 0 {
+	if n := uint64(f.payloadLen()); n == 0 || n%(cells*8) != 0 {
 		return fmt.Errorf("%w: payload of %d bytes is not a whole K+V float32 vector for each of %d cells", ErrBody, n, cells)
 	}
 	return nil
@@ -366,7 +401,8 @@ func Decode(b []byte, maxBytes int) (*Frame, error) {
 		}
 		return nil, frameErr(h, ErrBody, "%d trailing bytes after the frame", uint64(len(b))-want)
 	}
-	return decodeChecked(h, b)
+	end := len(b) - TrailerSize
+	return decodeChecked(h, b, crc32.Checksum(b[:end], castagnoli))
 }
 
 // ReadFrame reads one frame from r. It reads the header first and rejects
@@ -402,14 +438,27 @@ func ReadFrame(r io.Reader, maxBytes int) (*Frame, error) {
 		b = make([]byte, size)
 	}
 	copy(b, hb[:])
-	if n, err := io.ReadFull(r, b[HeaderSize:]); err != nil {
-		ref.put()
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil, frameErr(h, ErrTruncated, "stream ended %d bytes into a %d-byte body", n, h.blen)
+	// The CRC is taken piece by piece as the body arrives, each piece
+	// while it is still in cache, instead of in a second pass over a
+	// frame that may be larger than the cache. Nothing is decoded, let
+	// alone applied, until the whole frame has arrived and matched.
+	end := len(b) - TrailerSize
+	crc := crc32.Checksum(hb[:], castagnoli)
+	for off := HeaderSize; off < len(b); {
+		n, err := r.Read(b[off:min(len(b), off+readPiece)])
+		if n > 0 {
+			crc = crc32.Update(crc, castagnoli, b[min(off, end):min(off+n, end)])
+			off += n
 		}
-		return nil, err
+		if off < len(b) && err != nil {
+			ref.put()
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return nil, frameErr(h, ErrTruncated, "stream ended %d bytes into a %d-byte body", off-HeaderSize, h.blen)
+			}
+			return nil, err
+		}
 	}
-	f, err := decodeChecked(h, b)
+	f, err := decodeChecked(h, b, crc)
 	if err != nil {
 		ref.put()
 		return nil, err
@@ -418,11 +467,16 @@ func ReadFrame(r io.Reader, maxBytes int) (*Frame, error) {
 	return f, nil
 }
 
-// decodeChecked verifies the CRC of the complete frame b and decodes the
-// body.
-func decodeChecked(h *header, b []byte) (*Frame, error) {
+// readPiece bounds one read of a frame body: small enough that the piece
+// is still in cache when ReadFrame checksums it (a core's L2 holds a few
+// of them), large enough that a frame takes few system calls.
+const readPiece = 256 << 10
+
+// decodeChecked checks got, the CRC of the complete frame b less its
+// trailer, against the trailer and decodes the body.
+func decodeChecked(h *header, b []byte, got uint32) (*Frame, error) {
 	end := len(b) - TrailerSize
-	got, want := crc32.Checksum(b[:end], castagnoli), binary.LittleEndian.Uint32(b[end:])
+	want := binary.LittleEndian.Uint32(b[end:])
 	if got != want {
 		return nil, frameErr(h, ErrChecksum, "computed %08x, frame says %08x", got, want)
 	}

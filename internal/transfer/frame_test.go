@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"testing/iotest"
 )
 
 func sampleFrames() []*Frame {
@@ -173,6 +174,14 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := Decode(b, 1<<16)
 		fr2, err2 := ReadFrame(bytes.NewReader(b), 1<<16)
+		// ReadFrame checksums a body piece by piece as reads return it:
+		// however the stream is cut, the verdict is the same.
+		for _, r := range []io.Reader{iotest.OneByteReader(bytes.NewReader(b)), iotest.HalfReader(bytes.NewReader(b))} {
+			fr3, err3 := ReadFrame(r, 1<<16)
+			if (err2 == nil) != (err3 == nil) || err2 == nil && !sameFrame(fr2, fr3) {
+				t.Fatalf("ReadFrame in small reads: %v, in one: %v", err3, err2)
+			}
+		}
 		if err != nil {
 			var fe *FrameError
 			if !errors.As(err, &fe) {

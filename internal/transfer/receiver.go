@@ -60,6 +60,9 @@ type Receiver struct {
 	writes    map[uint32]bool // WriteKV issued, WriteDone not yet seen
 	digesting bool
 	commit    *Frame
+	// rb is the digest the edge folds in as it applies writes
+	// (readback.go). The machine only carries it to the actions.
+	rb *readBack
 
 	released bool
 	err      *errkind.Error
@@ -151,7 +154,7 @@ func (r *Receiver) step(ev Event) []Action {
 		case e.Sum != r.commit.Digest:
 			out = r.fail(out, errf(errkind.Integrity, CodeDigest, "digest of the %d received tokens does not match the sender's", r.res.Tokens), true)
 		default:
-			r.state = rReady
+			r.state, r.rb = rReady, nil
 			out = append(out, MarkReady{ID: r.res.ID, Tokens: int(r.commit.Tokens), FirstToken: r.commit.FirstToken},
 				SendFrame{Peer: r.peer, Frame: &Frame{Type: TypeAck, ID: r.res.ID}})
 		}
@@ -231,6 +234,7 @@ func (r *Receiver) open(out []Action, peer uint64, f *Frame) []Action {
 			f.Layers, f.KVDim, r.res.Layers, r.res.KVDim), true)
 	}
 	r.cover = make([]uint32, r.res.Tokens*r.res.Layers)
+	r.rb = newReadBack(r.res.Tokens, r.res.Layers, r.res.KVDim)
 	return append(out, hello)
 }
 
@@ -287,7 +291,7 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	data := payloadFloats(f.Payload)
 	// The action carries the frame's pooled buffer, if any, for Apply to
 	// give back once the KV is copied (bufpool.go).
-	out = append(out, WriteKV{ID: r.res.ID, Seq: f.Seq, TokFrom: tf, TokTo: tt, LayerFrom: lf, LayerTo: lt, Data: data, buf: f.buf})
+	out = append(out, WriteKV{ID: r.res.ID, Seq: f.Seq, TokFrom: tf, TokTo: tt, LayerFrom: lf, LayerTo: lt, Data: data, buf: f.buf, rb: r.rb})
 	old := r.credit
 	for _, ok := r.seqs[r.credit]; ok; _, ok = r.seqs[r.credit] {
 		r.credit++
@@ -331,7 +335,7 @@ func (r *Receiver) settle(out []Action) []Action {
 		return out // verify what was written, not what is being written
 	}
 	r.state, r.digesting = rVerifying, true
-	return append(out, ComputeDigest{ID: r.res.ID, Tokens: int(r.commit.Tokens)})
+	return append(out, ComputeDigest{ID: r.res.ID, Tokens: int(r.commit.Tokens), rb: r.rb})
 }
 
 func (r *Receiver) protocol(out []Action, peer uint64, format string, args ...any) []Action {
@@ -345,7 +349,7 @@ func (r *Receiver) protocol(out []Action, peer uint64, format string, args ...an
 // pages are released only once every write and digest asked for has been
 // confirmed (settle), so no late write can land in a freed page.
 func (r *Receiver) fail(out []Action, err *errkind.Error, abort bool) []Action {
-	r.state, r.err = rFailed, err
+	r.state, r.err, r.rb = rFailed, err, nil
 	out = append(out, Fail{ID: r.res.ID, Err: err})
 	if abort && r.peer != 0 {
 		out = append(out, SendFrame{Peer: r.peer, Frame: abortFrame(r.res.ID, err)})

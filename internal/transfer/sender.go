@@ -30,8 +30,11 @@ type SenderConfig struct {
 	Layers, KVDim int
 	FirstToken    int32
 	// Source reads the prefill KV; a kv.Lease taken when prefill finished
-	// is the intended one. It is read synchronously inside Step, into
-	// buffers the Sender owns, so no frame ever aliases a page.
+	// is the intended one. A Source that pins the pages it lends (a
+	// kv.Lease: Spans and Live) is sent from in place: DATA frames alias
+	// its pages, under the rule in alias.go (the edge sends every frame
+	// before it carries out the Release that lets the pages go). Any
+	// other Source is read inside Step into buffers the frames own.
 	Source        KVSource
 	MaxFrameBytes int           // 0: DefaultMaxFrameBytes
 	Window        int           // DATA frames unacknowledged at most; 0: DefaultWindow
@@ -85,6 +88,11 @@ type Sender struct {
 	tokCRC uint32
 	blocks []uint32
 	comb   *crcCombiner
+
+	// ip is the Source's pinned pages when frames are sent from them in
+	// place, taken at the first frame (lent); nil: frames copy (alias.go).
+	ip   *inPlace
+	lent bool
 
 	released bool
 	err      *errkind.Error
@@ -257,7 +265,7 @@ func (s *Sender) frame(out []Action, f *Frame) []Action {
 		switch s.state {
 		case sCommitted:
 			s.state = sDone
-			s.released = true
+			s.released, s.ip = true, nil
 			return append(out, Done{ID: s.cfg.ID}, Release{ID: s.cfg.ID})
 		case sDone, sFailed:
 			return out
@@ -336,11 +344,32 @@ func (s *Sender) span(seq uint32) (tf, tt, lf, lt int) {
 	return tf, tf + 1, lf, min(lf+s.layPer, s.cfg.Layers)
 }
 
-// dataFrame reads frame seq's KV from the source and frames it.
+// dataFrame frames seq's KV: in place, as slices of the pinned pages,
+// when the Source allows it (alias.go), else read into a buffer.
 func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	tf, tt, lf, lt := s.span(seq)
 	span := (tt - tf) * s.cfg.KVDim
 	n := 2 * span * (lt - lf)
+	if !s.lent {
+		s.lent = true
+		if src, ok := s.cfg.Source.(pinnedSource); ok && nativeLittleEndian && s.corrupt == nil {
+			ip, ok, err := lend(src, s.cfg.Tokens, s.cfg.Layers, s.cfg.KVDim)
+			if err != nil {
+				return nil, errf(errkind.Internal, CodeWrite, "%v", err)
+			}
+			if ok {
+				s.ip = ip
+			}
+		}
+	}
+	if s.ip != nil {
+		pieces := 2 * (lt - lf) * ((tt-1)/s.ip.pageTokens - tf/s.ip.pageTokens + 1)
+		vec := s.ip.appendPieces(make([][]byte, 0, pieces), tf, tt, lf, lt, s.cfg.KVDim)
+		f := &Frame{Type: TypeData, ID: s.cfg.ID, Seq: seq, TokFrom: uint32(tf), TokTo: uint32(tt),
+			LayerFrom: uint16(lf), LayerTo: uint16(lt), vec: vec, vecLen: 4 * n, pin: s.ip.src}
+		s.checksum(f, vec, tf, tt, lf, lt)
+		return f, nil
+	}
 	// The payload comes from the frame buffer pool, unzeroed: the reads
 	// below fill every byte of it. The edge gives it back when it sends
 	// the frame (Send; bufpool.go).
@@ -361,7 +390,7 @@ func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	f := &Frame{Type: TypeData, ID: s.cfg.ID, Seq: seq, TokFrom: uint32(tf), TokTo: uint32(tt),
 		LayerFrom: uint16(lf), LayerTo: uint16(lt), Payload: payload, buf: ref}
 	if nativeLittleEndian {
-		s.checksum(f, data, tf, tt, lf, lt)
+		s.checksum(f, [][]byte{payload}, tf, tt, lf, lt)
 	}
 	if s.corrupt != nil {
 		s.corrupt(seq, data)
@@ -373,14 +402,15 @@ func (s *Sender) dataFrame(seq uint32) (*Frame, *errkind.Error) {
 	return f, nil
 }
 
-// checksum reads frame f's payload (data, laid out as a DATA payload
-// over tokens [tf, tt) x layers [lf, lt)) once, checksumming each K and V
-// vector, and combines those checksums two ways: in payload order into
-// the frame's wire CRC, and, the first time the frame is read, in token
-// order into the digest's per-token checksums. Frames are first read in
-// seq order, so a token's layers arrive in layer order and each token is
-// complete once its last layer is in.
-func (s *Sender) checksum(f *Frame, data []float32, tf, tt, lf, lt int) {
+// checksum reads frame f's payload (pieces, whose concatenation is the
+// DATA payload over tokens [tf, tt) x layers [lf, lt), each piece a whole
+// number of vectors) once, checksumming each K and V vector, and combines
+// those checksums two ways: in payload order into the frame's wire CRC,
+// and, the first time the frame is read, in token order into the
+// digest's per-token checksums. Frames are first read in seq order, so a
+// token's layers arrive in layer order and each token is complete once
+// its last layer is in.
+func (s *Sender) checksum(f *Frame, pieces [][]byte, tf, tt, lf, lt int) {
 	kd, T, L := s.cfg.KVDim, tt-tf, lt-lf
 	if s.sums == nil {
 		s.sums = make([]byte, 4*s.cfg.Tokens)
@@ -390,9 +420,11 @@ func (s *Sender) checksum(f *Frame, data []float32, tf, tt, lf, lt int) {
 	if cap(s.blocks) < n {
 		s.blocks = make([]uint32, n)
 	}
-	blocks := s.blocks[:n]
-	for i := range blocks {
-		blocks[i] = crc32.Checksum(floatBytes(data[i*kd:(i+1)*kd]), castagnoli)
+	blocks, i, vb := s.blocks[:n], 0, 4*kd
+	for _, p := range pieces {
+		for off := 0; off+vb <= len(p) && i < n; off, i = off+vb, i+1 {
+			blocks[i] = crc32.Checksum(p[off:off+vb], castagnoli)
+		}
 	}
 	var hb [HeaderSize + DataHeaderSize]byte
 	if head, err := f.appendHead(hb[:0], math.MaxInt); err == nil {
@@ -431,9 +463,10 @@ func (s *Sender) openFrame() *Frame {
 func (s *Sender) send(f *Frame) Action { return SendFrame{Frame: f} }
 
 // fail ends the transfer: Fail, an ABORT to decode when abort is set (the
-// failure was seen here, not reported by decode), and Release. Release is
-// safe at once on this side: every frame handed to the edge carries its
-// own copy of the KV, so nothing in flight reads the pages.
+// failure was seen here, not reported by decode), and Release. Release may
+// follow at once: the edge sends the DATA frames this Step handed it,
+// which may alias the pages, before it carries out the Release (rule 3 in
+// alias.go), and this Sender builds no frame after it.
 func (s *Sender) fail(out []Action, err *errkind.Error, abort bool) []Action {
 	s.state, s.err = sFailed, err
 	out = append(out, Fail{ID: s.cfg.ID, Err: err})
@@ -441,7 +474,7 @@ func (s *Sender) fail(out []Action, err *errkind.Error, abort bool) []Action {
 		out = append(out, s.send(abortFrame(s.cfg.ID, err)))
 	}
 	if !s.released {
-		s.released = true
+		s.released, s.ip = true, nil
 		out = append(out, Release{ID: s.cfg.ID})
 	}
 	return out

@@ -34,7 +34,7 @@ type tcpConn struct {
 	r    *bufio.Reader
 	wbuf []byte      // encode buffer reused by WriteFrame, under wmu
 	trl  [4]byte     // a DATA frame's CRC, under wmu
-	bufs [3][]byte   // writev vector, under wmu
+	bufs [][]byte    // writev vector (head, payload pieces, CRC), under wmu
 	vecs net.Buffers // view of bufs that WriteTo consumes, under wmu
 
 	closeOnce sync.Once
@@ -100,20 +100,26 @@ func (t *tcpConn) writeLocked(frame []byte) error {
 // frame is encoded into the connection's reusable buffer. A large DATA
 // frame's payload is never copied: its head is encoded, the CRC computed
 // over head and payload in place (or taken from the Sender, which
-// computed it while reading the KV), and the three written as one vector.
-// The whole of it runs under the write lock, so frames from several
-// goroutines never share the encode buffer or interleave.
+// computed it while reading the KV), and head, payload and CRC written as
+// one vector. A payload held in place (slices of pinned KV pages,
+// alias.go) is checked to be still pinned first, and its slices go into
+// the vector as they are. The whole of it runs under the write lock, so
+// frames from several goroutines never share the encode buffer or
+// interleave, and the vector holds no page once it returns.
 func (t *tcpConn) WriteFrame(f *Frame, maxBytes int) error {
 	limit := min(maxBytes, t.opts.MaxFrameBytes)
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
-	if f.Type != TypeData || len(f.Payload) < vecPayload {
+	if f.Type != TypeData || f.payloadLen() < vecPayload {
 		b, err := f.Encode(t.wbuf[:0], limit)
 		if err != nil {
 			return err
 		}
 		t.wbuf = b
 		return t.writeLocked(b)
+	}
+	if err := f.readable(); err != nil {
+		return err
 	}
 	head, err := f.appendHead(t.wbuf[:0], limit)
 	if err != nil {
@@ -123,13 +129,21 @@ func (t *tcpConn) WriteFrame(f *Frame, maxBytes int) error {
 	crc := f.crc
 	if f.crcFrom != crcBuilt {
 		crc = crc32.Update(crc32.Checksum(head, castagnoli), castagnoli, f.Payload)
+		for _, p := range f.vec {
+			crc = crc32.Update(crc, castagnoli, p)
+		}
 	}
 	binary.LittleEndian.PutUint32(t.trl[:], crc)
 	if err := t.c.SetWriteDeadline(time.Now().Add(t.opts.WriteTimeout)); err != nil {
 		return fmt.Errorf("tcp transfer write: %w", err)
 	}
+	t.bufs = append(append(append(t.bufs[:0], head, f.Payload), f.vec...), t.trl[:])
+	defer func() {
+		clear(t.bufs) // hold no payload past the call
+		t.bufs, t.vecs = t.bufs[:0], nil
+	}()
 	if !t.vec {
-		for _, b := range [...][]byte{head, f.Payload, t.trl[:]} {
+		for _, b := range t.bufs {
 			if _, err := t.w.Write(b); err != nil {
 				return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
 			}
@@ -144,11 +158,8 @@ func (t *tcpConn) WriteFrame(f *Frame, maxBytes int) error {
 	if err := t.w.Flush(); err != nil {
 		return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
 	}
-	t.bufs = [3][]byte{head, f.Payload, t.trl[:]}
-	t.vecs = t.bufs[:]
-	_, err = t.vecs.WriteTo(t.c)
-	t.bufs, t.vecs = [3][]byte{}, nil // hold no payload past the call
-	if err != nil {
+	t.vecs = t.bufs
+	if _, err := t.vecs.WriteTo(t.c); err != nil {
 		return fmt.Errorf("tcp transfer write to %v: %w", t.c.RemoteAddr(), err)
 	}
 	return nil

@@ -187,9 +187,9 @@ func runReceiverEdge(ctx context.Context, c Conn, tbl *Table, seq *kv.Seq, kvdim
 			case SendFrame:
 				Send(c, a.Frame, DefaultMaxFrameBytes)
 			case WriteKV:
-				do(tbl.Step(WriteDone{ID: a.ID, Seq: a.Seq, Err: a.Apply(seq, kvdim)}))
+				do(tbl.Step(WriteDone{ID: a.ID, Seq: a.Seq, Err: a.ApplyReadBack(seq, kvdim)}))
 			case ComputeDigest:
-				sum, err := Digest(seq, a.Tokens, testLayers, kvdim)
+				sum, err := a.Sum(seq, testLayers, kvdim)
 				do(tbl.Step(DigestDone{ID: a.ID, Sum: sum, Err: err}))
 			case MarkReady:
 				res.ready = true
