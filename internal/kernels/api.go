@@ -38,4 +38,31 @@ type Matrix struct {
 	Type       tensor.DType
 	Rows, Cols int
 	Data       []byte
+
+	// minFree records that Scan found no Q8_0 weight of -128, so the
+	// batched kernel need not look for one in every tile it multiplies.
+	minFree bool
+}
+
+// Scan reads the weights once and records what lets MatMul skip per-call
+// checks (today: whether a Q8_0 matrix holds the weight -128, which the
+// batched kernel's sign trick cannot take). Call it after loading and
+// before sharing the matrix between goroutines. A matrix never scanned, or
+// whose Data changed since, gives the same results, only slower; Scan must
+// not run concurrently with MatMul on the same matrix.
+func (m *Matrix) Scan() {
+	m.minFree = false
+	if m.Type != tensor.Q8_0 || m.Cols%32 != 0 {
+		return
+	}
+	rb, err := m.Type.RowBytes(m.Cols)
+	if err != nil || len(m.Data) < m.Rows*rb {
+		return
+	}
+	data := m.Data[:m.Rows*rb]
+	if useSIMD {
+		m.minFree = !hasQ8MinSIMD(data)
+	} else {
+		m.minFree = !hasQ8Min(data)
+	}
 }

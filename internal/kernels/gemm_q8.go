@@ -52,7 +52,7 @@ func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq []byte, n int, out []float32, os
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
 		i := 0
-		if !q8HasMin(wp, rows*nb) {
+		if w.minFree || !q8HasMin(wp, rows*nb) {
 			for ; n-i >= gemmMinTokens; i += 8 {
 				ntok := min(8, n-i)
 				for t := range toks {
@@ -69,4 +69,11 @@ func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq []byte, n int, out []float32, os
 		}
 		quantTile(matQ8x1, matQ8x2, matQ8x4, wp, rb, rows, xq, nb, i, n, out[t0:], ostride)
 	}
+}
+
+func hasQ8MinSIMD(data []byte) bool {
+	if len(data) < 34 {
+		return false
+	}
+	return q8HasMin(unsafe.Pointer(&data[0]), len(data)/34)
 }

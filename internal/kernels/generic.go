@@ -173,3 +173,15 @@ func axpyGo(y []float32, a float32, x []float32) {
 		y[i] = y[i] + float32(a*x[i])
 	}
 }
+
+// hasQ8Min reports whether any weight of the Q8_0 blocks in data is -128.
+func hasQ8Min(data []byte) bool {
+	for b := 0; b+34 <= len(data); b += 34 {
+		for _, v := range data[b+2 : b+34] {
+			if v == 0x80 {
+				return true
+			}
+		}
+	}
+	return false
+}

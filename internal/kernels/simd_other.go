@@ -24,3 +24,5 @@ func axpySIMD(y []float32, a float32, x []float32) {
 func fmaAsm(a, b, c float32) float32 { return fma32(a, b, c) }
 
 func quantizeSIMD(dst []byte, x []float32) { panic("kernels: no SIMD kernels on this architecture") }
+
+func hasQ8MinSIMD(data []byte) bool { panic("kernels: no SIMD kernels on this architecture") }

@@ -91,7 +91,9 @@ func matrix(t *tensor.Tensor, rows, cols int) (kernels.Matrix, error) {
 	if len(t.Data) != want*rows {
 		return kernels.Matrix{}, fmt.Errorf("tensor %q: %d bytes of data, want %d", t.Name, len(t.Data), want*rows)
 	}
-	return kernels.Matrix{Type: t.Type, Rows: rows, Cols: cols, Data: t.Data}, nil
+	m := kernels.Matrix{Type: t.Type, Rows: rows, Cols: cols, Data: t.Data}
+	m.Scan()
+	return m, nil
 }
 
 // vector decodes a 1-D tensor of n elements.
