@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
@@ -47,7 +48,12 @@ type modelBench struct {
 	ReadBandwidthBytesPS  float64 `json:"read_bandwidth_bytes_per_s"`
 	DecodeBandwidthBytesS float64 `json:"decode_weight_bytes_per_s"`
 	BandwidthFraction     float64 `json:"bandwidth_fraction"`
-	StartToFirstTokenMS   float64 `json:"start_to_first_token_ms"`
+	// BandwidthFractionReps is each rep's decode against the bandwidth
+	// measured just before it; BandwidthFraction is their median. On a
+	// shared machine the bandwidth drifts by tens of percent within a
+	// minute, so a decode figure is only judged against its neighbour.
+	BandwidthFractionReps []float64 `json:"bandwidth_fraction_reps"`
+	StartToFirstTokenMS   float64   `json:"start_to_first_token_ms"`
 
 	// The llama.cpp peer on the same file and thread count, when --peer.
 	Peer              *peer.BenchResult `json:"llama_cpp,omitempty"`
@@ -101,8 +107,9 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	sample.Greedy(logits)
 	res.StartToFirstTokenMS = float64(time.Since(start).Microseconds()) / 1000
 
-	var prefill, decode []float64
+	var prefill, decode, bw []float64
 	for rep := 0; rep < *reps; rep++ {
+		bw = append(bw, perf.ReadBandwidth(512<<20, pool.Threads(), 3))
 		seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
 		t0 := time.Now()
 		if err := r.Forward([]*model.Seq{seq}); err != nil {
@@ -129,9 +136,12 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	}
 	res.PrefillTokensPerS = best(prefill)
 	res.DecodeTokensPerS = best(decode)
-	res.ReadBandwidthBytesPS = perf.ReadBandwidth(512<<20, pool.Threads(), 5)
+	for i := range decode {
+		res.BandwidthFractionReps = append(res.BandwidthFractionReps, decode[i]*float64(res.WeightBytesPerToken)/bw[i])
+	}
+	res.BandwidthFraction = median(res.BandwidthFractionReps)
+	res.ReadBandwidthBytesPS = median(bw)
 	res.DecodeBandwidthBytesS = res.DecodeTokensPerS * float64(res.WeightBytesPerToken)
-	res.BandwidthFraction = res.DecodeBandwidthBytesS / res.ReadBandwidthBytesPS
 	if *withPeer {
 		if mf.model == "" || mf.tokenizer != "" {
 			return usagef("--peer needs a GGUF --model (llama.cpp reads GGUF only); make one with 'bulkhead convert'")
@@ -152,8 +162,9 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "prefill          %.1f tokens/s (%d-token prompt, best of %d)\n", res.PrefillTokensPerS, *promptN, *reps)
 	fmt.Fprintf(stdout, "decode           %.1f tokens/s (%d tokens, best of %d)\n", res.DecodeTokensPerS, *genN, *reps)
 	fmt.Fprintf(stdout, "weights/token    %.1f MB\n", float64(res.WeightBytesPerToken)/1e6)
-	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s measured with %d threads; decode reaches %.1f GB/s = %.0f%%\n",
-		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9, 100*res.BandwidthFraction)
+	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before each rep; best decode reads %.1f GB/s\n",
+		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
+	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s)\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps))
 	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)
 	if p := res.Peer; p != nil {
 		fmt.Fprintf(stdout, "llama.cpp        prefill %.1f tokens/s, decode %.1f tokens/s (%s)\n", p.PrefillTokensPerS, p.DecodeTokensPerS, p.Version)
@@ -164,6 +175,26 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, string(b))
 	}
 	return nil
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func percents(xs []float64) string {
+	var b strings.Builder
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%.0f%%", 100*x)
+	}
+	return b.String()
 }
 
 func best(xs []float64) float64 {

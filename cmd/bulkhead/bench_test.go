@@ -1,0 +1,39 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// `bench model --json` ends with one JSON object holding the figures the
+// docs quote, each one a measurement (positive), and refuses bad flags
+// with a usage error rather than a panic.
+func TestBenchModelJSON(t *testing.T) {
+	out, errOut, code := runCLI(t, "bench", "model", "--prompt-tokens", "16", "--gen-tokens", "8", "--reps", "2", "--threads", "2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var res modelBench
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("last line is not the JSON result: %v\n%s", err, out)
+	}
+	if res.PrefillTokensPerS <= 0 || res.DecodeTokensPerS <= 0 || res.ReadBandwidthBytesPS <= 0 || res.WeightBytesPerToken <= 0 {
+		t.Fatalf("missing measurements: %+v", res)
+	}
+	if len(res.BandwidthFractionReps) != 2 || res.BandwidthFraction <= 0 {
+		t.Fatalf("bandwidth fraction per rep %v, median %v; want 2 reps", res.BandwidthFractionReps, res.BandwidthFraction)
+	}
+	if res.PromptTokens != 16 || res.GenTokens != 8 || res.Threads != 2 {
+		t.Fatalf("echoed settings %d/%d/%d, want 16/8/2", res.PromptTokens, res.GenTokens, res.Threads)
+	}
+	for _, args := range [][]string{
+		{"bench", "model", "--reps", "0"},
+		{"bench", "model", "--prompt-tokens", "100000"},
+	} {
+		if _, errOut, code := runCLI(t, args...); code == 0 || errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error", args, code, errOut)
+		}
+	}
+}
