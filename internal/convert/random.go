@@ -43,7 +43,11 @@ func ShapeNames() string {
 // Random describes a model of shape s with pseudo-random weights drawn from
 // seed. Its output is meaningless, but it costs exactly what a trained model
 // of that shape costs to run, which is what benchmarks need. The tokenizer is
-// the embedded 512-piece vocabulary padded with unused tokens to s.Vocab.
+// the embedded 512-piece vocabulary padded to s.Vocab with ordinary pieces
+// that prompts cannot reach (a private-use character and a number), so that
+// every token a random model samples shows as text: a stream's first token
+// is then its first text, as with a trained model, and load tests measure
+// time to first token rather than time to the first token with text.
 func Random(s Shape, seed uint64) (*Model, error) {
 	base, err := tokenizer.FromLlama2C(embedded.Tokenizer, 512)
 	if err != nil {
@@ -54,9 +58,9 @@ func Random(s Shape, seed uint64) (*Model, error) {
 		return nil, fmt.Errorf("convert: shape %s has a vocabulary of %d, below the base tokenizer's %d", s.Name, s.Vocab, len(spec.Tokens))
 	}
 	for i := len(spec.Tokens); i < s.Vocab; i++ {
-		spec.Tokens = append(spec.Tokens, fmt.Sprintf("<unused%d>", i))
+		spec.Tokens = append(spec.Tokens, fmt.Sprintf("\ue000%d", i))
 		spec.Scores = append(spec.Scores, -1e9)
-		spec.Types = append(spec.Types, 5) // unused
+		spec.Types = append(spec.Types, 1) // normal
 	}
 	hd := s.Dim / s.Heads
 	arch := s.Arch
