@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "simd_amd64.h"
 
 // The batched Q8_0 kernel: four weight rows by eight tokens per pass, each
 // register holding one row's value for the eight tokens, so the block sums
@@ -99,20 +100,6 @@ GLOBL i8Min<>(SB), RODATA|NOPTR, $32
 	VMULPS (R8), Y15, Y15; \
 	VFMADD231PS Y15, S, ACC
 
-#define ROWOFFS8 \
-	MOVQ rowBytes+8(FP), AX; \
-	XORQ R12, R12; \
-	CMPQ R13, $2; \
-	CMOVQGE AX, R12; \
-	MOVQ R12, R14; \
-	LEAQ (AX)(AX*1), AX; \
-	CMPQ R13, $3; \
-	CMOVQGE AX, R14; \
-	MOVQ R14, R15; \
-	ADDQ rowBytes+8(FP), AX; \
-	CMPQ R13, $4; \
-	CMOVQGE AX, R15
-
 // func qInterleave8(dst unsafe.Pointer, toks *[8]unsafe.Pointer, nb int)
 TEXT ·qInterleave8(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
@@ -202,7 +189,7 @@ TEXT ·gemmQ8x8(SB), NOSPLIT, $128-64
 	JLE g8Done
 
 g8Group:
-	ROWOFFS8
+	ROWOFFS
 	MOVQ rowBytes+8(FP), AX
 	LEAQ (SI)(AX*4), BX
 	MOVQ xi+24(FP), R8

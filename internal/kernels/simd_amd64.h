@@ -15,3 +15,19 @@
 	VADDPS YB, YA, YA; \
 	REDUCE8(YA, XA, XT)
 
+
+// ROWOFFS sets R12, R14, R15 to the offsets of rows 1..3 from SI, clamped
+// to the last of the R13 rows left. AX is scratch.
+#define ROWOFFS \
+	MOVQ rowBytes+8(FP), AX; \
+	XORQ R12, R12; \
+	CMPQ R13, $2; \
+	CMOVQGE AX, R12; \
+	MOVQ R12, R14; \
+	LEAQ (AX)(AX*1), AX; \
+	CMPQ R13, $3; \
+	CMOVQGE AX, R14; \
+	MOVQ R14, R15; \
+	ADDQ rowBytes+8(FP), AX; \
+	CMPQ R13, $4; \
+	CMOVQGE AX, R15

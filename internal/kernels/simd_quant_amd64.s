@@ -127,22 +127,6 @@
 	UNPACK_Q4(2(DX)(R14*1), Y2, X2); \
 	UNPACK_Q4(2(DX)(R15*1), Y3, X3)
 
-// ROWOFFS sets R12, R14, R15 to the offsets of rows 1..3 from SI, clamped
-// to the last of the R13 rows left. AX is scratch.
-#define ROWOFFS \
-	MOVQ rowBytes+8(FP), AX; \
-	XORQ R12, R12; \
-	CMPQ R13, $2; \
-	CMOVQGE AX, R12; \
-	MOVQ R12, R14; \
-	LEAQ (AX)(AX*1), AX; \
-	CMPQ R13, $3; \
-	CMOVQGE AX, R14; \
-	MOVQ R14, R15; \
-	ADDQ rowBytes+8(FP), AX; \
-	CMPQ R13, $4; \
-	CMOVQGE AX, R15
-
 
 #define QCONST \
 	MOVL $0x00010001, AX; \
