@@ -147,19 +147,15 @@ func (s *Server) frameIn(kc *kvConn, f *transfer.Frame) {
 	id, reserved := f.ID, false // f is the Table's once stepped
 	if f.Type == transfer.TypeOpen {
 		r := s.table.Receiver(id)
-		reserved = r != nil && r.State() == stateReserved
+		reserved = r != nil && r.Unopened()
 	}
 	s.step(transfer.FrameIn{Peer: kc.id, Frame: f})
 	if reserved {
-		if r := s.table.Receiver(id); r == nil || r.State() != stateReserved {
+		if r := s.table.Receiver(id); r == nil || !r.Unopened() {
 			kc.bound[id] = true
 		}
 	}
 }
-
-// stateReserved is transfer.Receiver.State() of a reservation no stream
-// has opened yet.
-const stateReserved = "reserved"
 
 // badFrame handles a frame that failed its CRC32C or would not decode
 // (loop only). The stream is out of sync and is closed, but first every
@@ -178,7 +174,7 @@ const stateReserved = "reserved"
 func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 	reason := errkind.New(errkind.Integrity, transfer.CodeChecksum, "kv transfer: corrupted frame from prefill: %v", fe)
 	if fe.HasID {
-		if r := s.table.Receiver(fe.ID); r != nil && r.State() == stateReserved {
+		if r := s.table.Receiver(fe.ID); r != nil && r.Unopened() {
 			s.step(transfer.Cancel{ID: fe.ID, Reason: reason})
 			kc.send(&transfer.Frame{Type: transfer.TypeAbort, ID: fe.ID, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
 		} else {

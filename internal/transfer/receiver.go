@@ -81,6 +81,10 @@ func newReceiver(res Reservation) *Receiver {
 // State names the current state, for logs and tests.
 func (r *Receiver) State() string { return r.state.String() }
 
+// Unopened reports whether the reservation still waits for its OPEN: no
+// stream is bound to it yet.
+func (r *Receiver) Unopened() bool { return r.state == rReserved }
+
 // Ready reports whether the transfer verified.
 func (r *Receiver) Ready() bool { return r.state == rReady }
 
