@@ -46,7 +46,6 @@ type Pool struct {
 		ps    [maxProducts]Product
 		first [maxProducts + 1]int // chunk index where product k starts
 		rows  [maxProducts]int     // rows per chunk of product k, a multiple of 16
-		np    int
 		x     []float32
 		xq    []byte
 		n     int
@@ -328,7 +327,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 		total += (pr.W.Rows + j.rows[k] - 1) / j.rows[k]
 	}
 	j.first[np] = total
-	j.np, j.x, j.xq, j.n = np, x, xq, n
+	j.x, j.xq, j.n = x, xq, n
 	p.publish(total)
 	if !p.runChunks() {
 		p.waitDone(total)
