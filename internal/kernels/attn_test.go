@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The head kernels must give each head exactly the bits of one Dot or Axpy
-// call per row, on both paths, for every head width the blocking splits
+// The head kernels must give each head exactly the bits of one Dot or one
+// canonical axpy (axpyGo) per row, on both paths, for every head width the blocking splits
 // differently (16- and 8-float pieces and tails), grouped-query offsets
 // (heads sharing a key slice) and padded strides.
 func TestHeadKernelsMatchPerRowCalls(t *testing.T) {
@@ -36,7 +36,7 @@ func TestHeadKernelsMatchPerRowCalls(t *testing.T) {
 							wantS[h*outStride+i] = Dot(q[h*hd:(h+1)*hd], kv[i*stride+int(off[h]):])
 						}
 						for i := 0; i < rows; i++ {
-							Axpy(wantO[h*hd:(h+1)*hd], w[h*outStride+i], kv[i*stride+int(off[h]):])
+							axpyGo(wantO[h*hd:(h+1)*hd], w[h*outStride+i], kv[i*stride+int(off[h]):])
 						}
 					}
 				})

@@ -7,7 +7,7 @@ import "fmt"
 // every head: one sweep along each key or value row instead of one strided
 // sweep per head. At decode the cache comes from memory, and a row read
 // front to back is what the prefetchers serve best. Each head's numbers
-// are still exactly those of Dot and Axpy per position: only the order in
+// are still exactly those of Dot and of axpyGo per position: only the order in
 // which independent results are produced changes.
 
 // HeadScores sets out[h*outStride+i] = Dot(q[h*hd:(h+1)*hd],
@@ -41,7 +41,7 @@ func HeadScores(out []float32, outStride int, q []float32, hd int, k []float32, 
 
 // HeadAccum adds w[h*wStride+i]·v[i*stride+voff[h]+j] to o[h*hd+j] for j <
 // hd, for rows i = 0, 1, ... rows-1 in turn and every head h < len(voff):
-// per head, bit for bit what rows calls of Axpy give.
+// per head, bit for bit what rows calls of axpyGo (generic.go) give.
 func HeadAccum(o []float32, hd int, w []float32, wStride int, v []float32, stride int, voff []int32, rows int) {
 	nh := len(voff)
 	if nh == 0 || rows == 0 || hd == 0 {

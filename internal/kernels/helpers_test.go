@@ -68,3 +68,9 @@ func needSIMD(t *testing.T) {
 		t.Skip("no SIMD kernels on this machine; the Go path is the only path")
 	}
 }
+
+// axpy1 is y += a·x through HeadAccum with one head and one row: the
+// path attention takes, on whichever kernels are selected.
+func axpy1(y []float32, a float32, x []float32) {
+	HeadAccum(y, len(y), []float32{a}, 1, x, len(y), []int32{0}, 1)
+}

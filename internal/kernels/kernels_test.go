@@ -81,8 +81,8 @@ func TestSIMDMatchesGo(t *testing.T) {
 			t.Fatalf("Dot len %d: SIMD %g, Go %g", n, ds, dg)
 		}
 		ys, yg := append([]float32(nil), a...), append([]float32(nil), a...)
-		withPath(true, func() { Axpy(ys, 0.37, b) })
-		withPath(false, func() { Axpy(yg, 0.37, b) })
+		withPath(true, func() { axpy1(ys, 0.37, b) })
+		withPath(false, func() { axpy1(yg, 0.37, b) })
 		if i := firstBitDiff(ys, yg); i >= 0 {
 			t.Fatalf("Axpy len %d: element %d: SIMD %g, Go %g", n, i, ys[i], yg[i])
 		}

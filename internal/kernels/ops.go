@@ -43,20 +43,6 @@ func Dot(a, b []float32) float32 {
 	return dotF32Go(a, b)
 }
 
-// Axpy adds a·x[i] to y[i] for i < len(y), the product rounded to float32
-// before the add.
-func Axpy(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	if len(y) == 0 {
-		return
-	}
-	if useSIMD {
-		axpySIMD(y, a, x)
-		return
-	}
-	axpyGo(y, a, x)
-}
-
 // RMSNorm sets out[i] = x[i] / sqrt(mean(x²)+eps) * weight[i] for i <
 // len(x). out may be x.
 func RMSNorm(out, x, weight []float32, eps float32) {

@@ -80,7 +80,7 @@ func TestOpsMatchReference(t *testing.T) {
 		}
 
 		y := append([]float32(nil), x...)
-		Axpy(y, -0.5, w)
+		axpy1(y, -0.5, w)
 		Add(y, w)
 		for i := range y {
 			want := float64(x[i]) + 0.5*float64(w[i])

@@ -82,9 +82,6 @@ func matQ4x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, n
 //go:noescape
 func quantizeAVX2(dst *byte, x *float32, nb int)
 
-//go:noescape
-func axpyAVX2(y *float32, a float32, x *float32, n int)
-
 // fmaAsm is VFMADD231SS, for testing fma32.
 //
 //go:noescape
@@ -179,10 +176,6 @@ func dotSIMD(a, b []float32) float32 {
 	var r float32
 	matF32x1(unsafe.Pointer(&a[0]), 0, 1, &b[0], len(a), &r)
 	return r
-}
-
-func axpySIMD(y []float32, a float32, x []float32) {
-	axpyAVX2(&y[0], a, &x[:len(y)][0], len(y))
 }
 
 func quantizeSIMD(dst []byte, x []float32) {

@@ -17,10 +17,6 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []flo
 
 func dotSIMD(a, b []float32) float32 { panic("kernels: no SIMD kernels on this architecture") }
 
-func axpySIMD(y []float32, a float32, x []float32) {
-	panic("kernels: no SIMD kernels on this architecture")
-}
-
 func fmaAsm(a, b, c float32) float32 { return fma32(a, b, c) }
 
 func quantizeSIMD(dst []byte, x []float32) { panic("kernels: no SIMD kernels on this architecture") }

@@ -424,43 +424,6 @@ BF16x4done:
 	VZEROUPPER
 	RET
 
-// func axpyAVX2(y *float32, a float32, x *float32, n int)
-TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
-	MOVQ y+0(FP), DI
-	VBROADCASTSS a+8(FP), Y1
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), DX
-	MOVQ DX, BX
-	ANDQ $-8, BX
-	XORQ AX, AX
-	CMPQ AX, BX
-	JGE axpytail0
-
-	PCALIGN $32
-axpyloop:
-	VMULPS (SI)(AX*4), Y1, Y2
-	VADDPS (DI)(AX*4), Y2, Y2
-	VMOVUPS Y2, (DI)(AX*4)
-	ADDQ $8, AX
-	CMPQ AX, BX
-	JLT axpyloop
-
-axpytail0:
-	CMPQ AX, DX
-	JGE axpydone
-
-axpytail:
-	VMULSS (SI)(AX*4), X1, X2
-	VADDSS (DI)(AX*4), X2, X2
-	VMOVSS X2, (DI)(AX*4)
-	INCQ AX
-	CMPQ AX, DX
-	JLT axpytail
-
-axpydone:
-	VZEROUPPER
-	RET
-
 // func fmaAsm(a, b, c float32) float32
 TEXT ·fmaAsm(SB), NOSPLIT, $0-20
 	VMOVSS a+0(FP), X0
