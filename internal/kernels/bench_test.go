@@ -56,36 +56,21 @@ func BenchmarkMatVec(b *testing.B) {
 // BenchmarkMatMul is prefill: 64 tokens against the same weights, which
 // should be bound by arithmetic, not memory.
 func BenchmarkMatMul(b *testing.B) {
-	const n = 64
-	for _, typ := range []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0, tensor.Q4_0} {
-		for _, sh := range benchShapes[:2] {
-			w := benchMatrix(b, typ, sh[0], sh[1])
-			x := randFloats(rand.New(rand.NewPCG(2, 3)), n*sh[1])
-			out := make([]float32, n*sh[0])
-			for _, th := range []int{1, 2} {
-				b.Run(fmt.Sprintf("%s/%dx%d/n=%d/threads=%d", typ, sh[0], sh[1], n, th), func(b *testing.B) {
-					p := NewPool(th)
-					defer p.Close()
-					p.MatMul(out, w, x, n) // grow the scratch before timing
-					b.ReportAllocs()
-					for b.Loop() {
-						p.MatMul(out, w, x, n)
-					}
-					flops := 2 * float64(sh[0]) * float64(sh[1]) * n * float64(b.N)
-					b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				})
-			}
-		}
-	}
+	benchMatMul(b, 64, []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0, tensor.Q4_0}, benchShapes[:2])
 }
 
 // BenchmarkDecodeBatch is a decode step of eight sequences: small enough
 // that the weights of a large matrix still come from memory, large enough
 // that each block loaded must serve several tokens.
 func BenchmarkDecodeBatch(b *testing.B) {
-	const n = 8
-	for _, typ := range []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_0} {
-		for _, sh := range [][2]int{{768, 768}, {32000, 768}} {
+	benchMatMul(b, 8, []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_0}, [][2]int{{768, 768}, {32000, 768}})
+}
+
+// benchMatMul times MatMul of n tokens for every type, shape and 1 or 2
+// threads, reporting GFLOP/s.
+func benchMatMul(b *testing.B, n int, types []tensor.DType, shapes [][2]int) {
+	for _, typ := range types {
+		for _, sh := range shapes {
 			w := benchMatrix(b, typ, sh[0], sh[1])
 			x := randFloats(rand.New(rand.NewPCG(2, 3)), n*sh[1])
 			out := make([]float32, n*sh[0])
@@ -98,7 +83,7 @@ func BenchmarkDecodeBatch(b *testing.B) {
 					for b.Loop() {
 						p.MatMul(out, w, x, n)
 					}
-					flops := 2 * float64(sh[0]) * float64(sh[1]) * n * float64(b.N)
+					flops := 2 * float64(sh[0]) * float64(sh[1]) * float64(n) * float64(b.N)
 					b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				})
 			}
