@@ -99,10 +99,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		case out = <-rs.outcome:
 			if out.ready {
 				rs.seq.Free() // verified just before the cancel: ours to free
-			} else if out.err != nil && out.err.Code != transfer.CodeCancelled {
-				// The transfer had already failed on its own (a corrupted
-				// frame, say) when the cancel came: that is the cause, and
-				// the router's cancel only echoes it.
+			} else if out.err != nil {
+				// The Table's verdict: the cancel itself, or a failure
+				// that came first (a corrupted frame, say), which the
+				// router's cancel only echoes.
 				ev.fail(transferFailure(out.err))
 				return
 			}
