@@ -3,7 +3,6 @@ package transfer
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"reflect"
 	"slices"
 	"sync"
@@ -70,6 +69,8 @@ type readBack struct {
 	n             int            // len(seen) that are true
 	broken        bool           // the fold cannot stand for Digest: Sum recomputes
 	spans         []model.Span   // scratch
+	crcK, crcV    []uint32       // scratch: a span's vector checksums
+	vec           *crcCombiner   // combines vectors of 4*kvdim bytes
 	comb          *crcCombiner   // combines cells of 8*kvdim bytes
 	regions       [][2]uintptr   // scratch for the disjointness check
 	commitSpans   [][]model.Span // scratch for Sum
@@ -134,17 +135,26 @@ func (rb *readBack) fold(rs rangeSpanner, w WriteKV, l int) error {
 	if err != nil {
 		return fmt.Errorf("transfer write %d: reading back layer %d tokens [%d, %d): %w", w.Seq, l, w.TokFrom, w.TokTo, err)
 	}
+	if rb.vec == nil {
+		rb.vec = combinerFor(4 * kd)
+	}
 	t := w.TokFrom
 	for _, sp := range spans {
-		for i := 0; i < len(sp.K)/kd && t < w.TokTo; i, t = i+1, t+1 {
+		m := min(len(sp.K)/kd, w.TokTo-t)
+		if cap(rb.crcK) < m {
+			rb.crcK, rb.crcV = make([]uint32, m), make([]uint32, m)
+		}
+		crcK, crcV := rb.crcK[:m], rb.crcV[:m]
+		crcVecs(crcK, floatBytes(sp.K[:m*kd]), 4*kd)
+		crcVecs(crcV, floatBytes(sp.V[:m*kd]), 4*kd)
+		for i := 0; i < m; i, t = i+1, t+1 {
 			c := t*L + l
 			if rb.seen[c] {
 				rb.broken = true // a cell written twice: exactly-once is not ours to assume
 				return nil
 			}
-			k, v := floatBytes(sp.K[i*kd:(i+1)*kd]), floatBytes(sp.V[i*kd:(i+1)*kd])
-			rb.cells[c] = crc32.Update(crc32.Checksum(k, castagnoli), castagnoli, v)
-			rb.addrK[c], rb.addrV[c] = addr(k), addr(v)
+			rb.cells[c] = rb.vec.combine(crcK[i], crcV[i]) // the CRC of K‖V
+			rb.addrK[c], rb.addrV[c] = addr(floatBytes(sp.K[i*kd:])), addr(floatBytes(sp.V[i*kd:]))
 			rb.seen[c] = true
 			rb.n++
 		}

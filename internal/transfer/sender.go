@@ -420,11 +420,9 @@ func (s *Sender) checksum(f *Frame, pieces [][]byte, tf, tt, lf, lt int) {
 	if cap(s.blocks) < n {
 		s.blocks = make([]uint32, n)
 	}
-	blocks, i, vb := s.blocks[:n], 0, 4*kd
+	blocks, i := s.blocks[:n], 0
 	for _, p := range pieces {
-		for off := 0; off+vb <= len(p) && i < n; off, i = off+vb, i+1 {
-			blocks[i] = crc32.Checksum(p[off:off+vb], castagnoli)
-		}
+		i += crcVecs(blocks[i:], p, 4*kd)
 	}
 	var hb [HeaderSize + DataHeaderSize]byte
 	if head, err := f.appendHead(hb[:0], math.MaxInt); err == nil {

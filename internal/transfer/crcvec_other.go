@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package transfer
+
+const haveCRC3 = false
+
+func crc3(p *byte, n int) (a, b, c uint32) { panic("crc3 without CRC32C instructions") }
