@@ -156,7 +156,7 @@ func runSenderEdge(ctx context.Context, c Conn, s *Sender, release func()) edgeR
 
 // runReceiverEdge is a minimal decode edge for one connection, with
 // synchronous writes into seq.
-func runReceiverEdge(ctx context.Context, c Conn, tbl *Table, seq *kv.Seq, kvdim int) edgeResult {
+func runReceiverEdge(ctx context.Context, c Conn, tbl *Table, seq *kv.Seq, layers, kvdim int) edgeResult {
 	var res edgeResult
 	start := time.Now()
 	frames := make(chan Event, 16)
@@ -189,7 +189,7 @@ func runReceiverEdge(ctx context.Context, c Conn, tbl *Table, seq *kv.Seq, kvdim
 			case WriteKV:
 				do(tbl.Step(WriteDone{ID: a.ID, Seq: a.Seq, Err: a.ApplyReadBack(seq, kvdim)}))
 			case ComputeDigest:
-				sum, err := a.Sum(seq, testLayers, kvdim)
+				sum, err := a.Sum(seq, layers, kvdim)
 				do(tbl.Step(DigestDone{ID: a.ID, Sum: sum, Err: err}))
 			case MarkReady:
 				res.ready = true
@@ -275,7 +275,7 @@ func tcpTransfer(t *testing.T, specStr string) {
 		}
 		c := NewTCPConn(nc, TCPOptions{})
 		defer c.Close()
-		dres = runReceiverEdge(ctx, c, tbl, dst, kvdim)
+		dres = runReceiverEdge(ctx, c, tbl, dst, testLayers, kvdim)
 	}()
 	nc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
