@@ -2,7 +2,11 @@
 
 package kernels
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
 
 // The batched Q8_0 path (gemm_q8_amd64.s): eight tokens at a time, their
 // activations interleaved into a stack buffer so that one register holds
@@ -12,8 +16,8 @@ import "unsafe"
 const xiBlock = 576
 
 // gemmMaxBlocks bounds the columns (in blocks of 32) the batched kernel
-// takes, so that the interleave buffer (gemmMaxBlocks·xiBlock bytes, 72 KiB)
-// fits on the stack; wider matrices take the four-row kernels.
+// takes (interleaved, 72 KiB per group of eight tokens); wider matrices
+// take the four-row kernels.
 const gemmMaxBlocks = 128
 
 // gemmMinTokens is the fewest tokens worth an eight-token pass: below it
@@ -41,34 +45,77 @@ func gemmQ8x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, o
 // tokens: tile by tile, groups of eight tokens (the last one partial if it
 // holds at least gemmMinTokens) take the eight-token kernel, and the
 // tokens left over, or every token of a tile holding a weight of -128
-// (which the kernel's sign trick cannot take), the four-row kernels.
-func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq []byte, n int, out []float32, ostride int) {
+// (which the kernel's sign trick cannot take), the four-row kernels. xi
+// holds the groups' interleaved activations (interleaveGroups); nil has
+// them interleaved here.
+func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int) {
 	nb := w.Cols / 32
+	if xi == nil {
+		xi = interleaveGroups(nil, xq, n, nb)
+	}
 	rb := nb * 34
-	xs := nb * xBlockBytes
-	var xi [gemmMaxBlocks * xiBlock]byte
-	var toks [8]unsafe.Pointer
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
 		i := 0
 		if w.minFree || !q8HasMin(wp, rows*nb) {
-			for ; n-i >= gemmMinTokens; i += 8 {
-				ntok := min(8, n-i)
-				for t := range toks {
-					if t < ntok {
-						toks[t] = unsafe.Pointer(&xq[(i+t)*xs])
-					} else {
-						toks[t] = unsafe.Pointer(&zeroBlocks[0])
-					}
-				}
-				qInterleave8(unsafe.Pointer(&xi[0]), &toks, nb)
-				gemmQ8x8(wp, rb, rows, unsafe.Pointer(&xi[0]), nb, &out[i*ostride+t0], ostride*4, ntok)
+			for g := 0; n-i >= gemmMinTokens; i, g = i+8, g+1 {
+				gemmQ8x8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
 			}
 			i = min(i, n)
 		}
 		quantTile(matQ8x1, matQ8x2, matQ8x4, wp, rb, rows, xq, nb, i, n, out[t0:], ostride)
 	}
+}
+
+// interleaveGroups lays out the quantised activations xq of n tokens (nb
+// blocks each) for the eight-token kernel, one group of eight after
+// another, for every group the kernel takes (those holding at least
+// gemmMinTokens tokens; missing tokens of the last are zeros). It reuses
+// dst when it is large enough. A MatMul does it once, before its threads
+// start, rather than each thread once per tile.
+func interleaveGroups(dst, xq []byte, n, nb int) []byte {
+	groups := 0
+	for i := 0; n-i >= gemmMinTokens; i += 8 {
+		groups++
+	}
+	need := groups * nb * xiBlock
+	if cap(dst) < need {
+		dst = make([]byte, need)
+	}
+	dst = dst[:need]
+	xs := nb * xBlockBytes
+	var toks [8]unsafe.Pointer
+	for g := range groups {
+		i := 8 * g
+		for t := range toks {
+			if i+t < n {
+				toks[t] = unsafe.Pointer(&xq[(i+t)*xs])
+			} else {
+				toks[t] = unsafe.Pointer(&zeroBlocks[0])
+			}
+		}
+		qInterleave8(unsafe.Pointer(&dst[g*nb*xiBlock]), &toks, nb)
+	}
+	return dst
+}
+
+// gemmInterleave returns xq interleaved for the eight-token kernel when a
+// MatMul of ps over n tokens will use it, reusing dst; else nil.
+func gemmInterleave(dst []byte, ps []Product, xq []byte, n int) []byte {
+	if !useSIMD || !useGemm || n < gemmMinTokens {
+		return nil
+	}
+	nb := ps[0].W.Cols / 32
+	if nb == 0 || nb > gemmMaxBlocks {
+		return nil
+	}
+	for _, pr := range ps {
+		if pr.W.Type == tensor.Q8_0 {
+			return interleaveGroups(dst, xq, n, nb)
+		}
+	}
+	return nil
 }
 
 func hasQ8MinSIMD(data []byte) bool {

@@ -5,15 +5,39 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// spinIters is how many times a waiting thread polls before it parks on a
-// channel. A decode step issues a MatMul every few tens of microseconds, so
-// polling for about that long keeps the wake-up off the scheduler's path;
-// parking after it keeps an idle Pool from burning a core.
-const spinIters = 1 << 15
+// spinFor is how long a waiting thread polls before it parks on a
+// channel. Waking a parked thread goes through the scheduler and the OS,
+// which on a virtual machine can take longer than a whole chunk of work:
+// the woken worker then joins the job late and the caller does most of
+// it. Between a decode step's pool passes the caller runs only short
+// serial steps (a norm, RoPE, storing K and V, quantising the next
+// input), so polling for a few hundred microseconds keeps every wake-up
+// off that path; parking after it keeps an idle Pool from burning a core.
+var spinFor = 200 * time.Microsecond
+
+// spinCheck is how many polls go between two readings of the clock.
+const spinCheck = 256
+
+// spin polls done until it reports true or spinFor has passed, and
+// reports whether done did.
+func spin(done func() bool) bool {
+	start := time.Now()
+	for {
+		for range spinCheck {
+			if done() {
+				return true
+			}
+		}
+		if time.Since(start) >= spinFor {
+			return false
+		}
+	}
+}
 
 // minParallelWork is the number of multiply-adds below which MatMul runs on
 // the calling goroutine alone: under it, waking the workers costs more than
@@ -48,6 +72,7 @@ type Pool struct {
 		rows  [maxProducts]int     // rows per chunk of product k, a multiple of 16
 		x     []float32
 		xq    []byte
+		xi    []byte // xq interleaved for the eight-token kernel, or nil
 		n     int
 		chunk int // For: items per chunk
 
@@ -75,7 +100,16 @@ type Pool struct {
 	done     chan struct{} // buffered 1
 	_        cacheLine
 
-	xq     []byte // quantised activations, grown as needed
+	xq []byte // quantised activations, grown as needed
+	// quant is a For job quantising tokens' activations; fn is bound
+	// once, so that a MatMul allocates nothing.
+	quant struct {
+		x    []float32
+		xq   []byte
+		cols int
+		fn   func(chunk, lo, hi int)
+	}
+	xi     []byte // the same, interleaved for the eight-token kernel
 	closed bool
 }
 
@@ -87,6 +121,7 @@ func NewPool(threads int) *Pool {
 		threads = runtime.NumCPU()
 	}
 	p := &Pool{threads: threads, done: make(chan struct{}, 1)}
+	p.quant.fn = p.quantTokens
 	for k := 1; k < threads; k++ {
 		w := &worker{wake: make(chan struct{}, 1)}
 		p.workers = append(p.workers, w)
@@ -158,7 +193,7 @@ func (p *Pool) runChunks() bool {
 			}
 			w := j.ps[k].W
 			r0 := (int(c) - j.first[k]) * j.rows[k]
-			matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.n, j.ps[k].Out, w.Rows)
+			matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.xi, j.n, j.ps[k].Out, w.Rows)
 		}
 		last = p.finished.Add(1) == total
 	}
@@ -168,10 +203,8 @@ func (p *Pool) runChunks() bool {
 // worker asleep and re-checks gen, so that a publish either sees the mark
 // (and sends a wake-up) or happened before the re-check.
 func (p *Pool) waitGen(w *worker, seen uint32) uint32 {
-	for range spinIters {
-		if g := p.gen.Load(); g != seen {
-			return g
-		}
+	if spin(func() bool { return p.gen.Load() != seen }) {
+		return p.gen.Load()
 	}
 	w.sleeping.Store(true)
 	if g := p.gen.Load(); g != seen {
@@ -190,10 +223,8 @@ func (p *Pool) waitGen(w *worker, seen uint32) uint32 {
 // for that job, so a wake-up is only a prompt to check again.
 func (p *Pool) waitDone(total int) {
 	t := uint32(total)
-	for range spinIters {
-		if p.finished.Load() == t {
-			return
-		}
+	if spin(func() bool { return p.finished.Load() == t }) {
+		return
 	}
 	for {
 		p.waiting.Store(true)
@@ -222,9 +253,9 @@ func chunkRows(rows, threads int) int {
 const chunksPerThread = 4
 
 // matRows dispatches to the SIMD or the pure-Go kernels.
-func matRows(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+func matRows(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
 	if useSIMD {
-		matRowsSIMD(w, r0, r1, x, xq, n, out, ostride)
+		matRowsSIMD(w, r0, r1, x, xq, xi, n, out, ostride)
 		return
 	}
 	matRowsGo(w, r0, r1, x, xq, n, out, ostride)
@@ -301,11 +332,24 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 			p.xq = make([]byte, need)
 		}
 		xq = p.xq[:need]
-		if nb > 0 {
+		switch {
+		case nb == 0:
+		case p.threads > 1 && n >= parallelQuantTokens:
+			// Each token's row is quantised on its own, so splitting
+			// the tokens over the threads changes no bit.
+			p.quant.x, p.quant.xq, p.quant.cols = x, xq, cols
+			p.For(n, p.quant.fn)
+			p.quant.x, p.quant.xq = nil, nil
+		default:
 			for i := 0; i < n; i++ {
 				quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:i*cols+cols])
 			}
 		}
+	}
+	var xi []byte
+	if quant {
+		p.xi = gemmInterleave(p.xi, ps, xq, n)
+		xi = p.xi
 	}
 	if cols == 0 {
 		for _, pr := range ps {
@@ -315,7 +359,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 	}
 	if p.threads == 1 || work < minParallelWork {
 		for _, pr := range ps {
-			matRows(pr.W, 0, pr.W.Rows, x, xq, n, pr.Out, pr.W.Rows)
+			matRows(pr.W, 0, pr.W.Rows, x, xq, xi, n, pr.Out, pr.W.Rows)
 		}
 		return
 	}
@@ -327,12 +371,25 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 		total += (pr.W.Rows + j.rows[k] - 1) / j.rows[k]
 	}
 	j.first[np] = total
-	j.x, j.xq, j.n = x, xq, n
+	j.x, j.xq, j.xi, j.n = x, xq, xi, n
 	p.publish(total)
 	if !p.runChunks() {
 		p.waitDone(total)
 	}
-	j.x, j.xq = nil, nil
+	j.x, j.xq, j.xi = nil, nil, nil
+}
+
+// parallelQuantTokens is the fewest tokens whose activations MatMul
+// quantises on all threads rather than on the caller alone.
+const parallelQuantTokens = 8
+
+// quantTokens quantises tokens [lo, hi) of the current quant job.
+func (p *Pool) quantTokens(_, lo, hi int) {
+	q, cols := &p.quant, p.quant.cols
+	nb := cols / 32
+	for i := lo; i < hi; i++ {
+		quantizeX(q.xq[i*nb*xBlockBytes:], q.x[i*cols:i*cols+cols])
+	}
 }
 
 // ForChunks is the number of chunks For splits n items into: at most

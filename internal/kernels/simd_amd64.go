@@ -98,7 +98,7 @@ type quantX4 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstri
 const tileBytes = 128 << 10
 
 // matRowsSIMD is matRowsGo on the assembly kernels.
-func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
 	rb, _ := w.Type.RowBytes(w.Cols)
 	cols := w.Cols
 	// Tiles of a multiple of four rows: the quantised kernels take rows
@@ -124,7 +124,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []flo
 	}
 	nb := cols / 32
 	if useGemm && w.Type == tensor.Q8_0 && n >= gemmMinTokens && nb <= gemmMaxBlocks {
-		gemmQ8Rows(w, r0, r1, tile, xq, n, out, ostride)
+		gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride)
 		return
 	}
 	for t0 := r0; t0 < r1; t0 += tile {

@@ -11,7 +11,7 @@ var useSIMD = false
 
 func features() string { return "generic" }
 
-func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
+func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
 	panic("kernels: no SIMD kernels on this architecture")
 }
 
@@ -22,3 +22,6 @@ func fmaAsm(a, b, c float32) float32 { return fma32(a, b, c) }
 func quantizeSIMD(dst []byte, x []float32) { panic("kernels: no SIMD kernels on this architecture") }
 
 func hasQ8MinSIMD(data []byte) bool { panic("kernels: no SIMD kernels on this architecture") }
+
+// gemmInterleave is nil here: there is no eight-token kernel to feed.
+func gemmInterleave(dst []byte, ps []Product, xq []byte, n int) []byte { return nil }
