@@ -48,8 +48,9 @@ type modelBench struct {
 	ReadBandwidthBytesPS  float64 `json:"read_bandwidth_bytes_per_s"`
 	DecodeBandwidthBytesS float64 `json:"decode_weight_bytes_per_s"`
 	BandwidthFraction     float64 `json:"bandwidth_fraction"`
-	// BandwidthFractionReps is each rep's decode against the bandwidth
-	// measured just before it; BandwidthFraction is their median. On a
+	// BandwidthFractionReps is each rep's decode against the mean of the
+	// bandwidths measured right before and right after it;
+	// BandwidthFraction is their median. On a
 	// shared machine the bandwidth drifts by tens of percent within a
 	// minute, so a decode figure is only judged against its neighbour.
 	BandwidthFractionReps []float64 `json:"bandwidth_fraction_reps"`
@@ -109,7 +110,6 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 
 	var prefill, decode, bw []float64
 	for rep := 0; rep < *reps; rep++ {
-		bw = append(bw, perf.ReadBandwidth(512<<20, pool.Threads(), 3))
 		seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
 		t0 := time.Now()
 		if err := r.Forward([]*model.Seq{seq}); err != nil {
@@ -124,6 +124,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		tok := []int{sample.Greedy(logits)}
+		// The machine's bandwidth drifts within seconds, so the decode is
+		// judged against the mean of measurements taken right before and
+		// right after it.
+		before := perf.ReadBandwidth(512<<20, pool.Threads(), 3)
 		t0 = time.Now()
 		for i := 0; i < *genN; i++ {
 			seq.Tokens, seq.Pos = tok, 1+i
@@ -133,6 +137,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 			tok[0] = sample.Greedy(logits)
 		}
 		decode = append(decode, float64(*genN)/time.Since(t0).Seconds())
+		bw = append(bw, (before+perf.ReadBandwidth(512<<20, pool.Threads(), 3))/2)
 	}
 	res.PrefillTokensPerS = best(prefill)
 	res.DecodeTokensPerS = best(decode)
@@ -162,7 +167,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "prefill          %.1f tokens/s (%d-token prompt, best of %d)\n", res.PrefillTokensPerS, *promptN, *reps)
 	fmt.Fprintf(stdout, "decode           %.1f tokens/s (%d tokens, best of %d)\n", res.DecodeTokensPerS, *genN, *reps)
 	fmt.Fprintf(stdout, "weights/token    %.1f MB\n", float64(res.WeightBytesPerToken)/1e6)
-	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before each rep; best decode reads %.1f GB/s\n",
+	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before and after each rep's decode; best decode reads %.1f GB/s\n",
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
 	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s)\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps))
 	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)

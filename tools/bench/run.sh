@@ -71,7 +71,7 @@ for i in $(seq 100); do curl -sf 127.0.0.1:18183/health >/dev/null && break; sle
 kill $pid; wait $pid 2>/dev/null || true
 
 echo "== KV transfer vs raw TCP over loopback; cost of isolation (tag checks + scrubbing)"
-go test -run '^$' -bench 'Loopback' -count 5 ./internal/transfer/ | tee "$out/transfer.txt"
+go test -run '^$' -bench 'TransferVsRaw' -benchtime 20x -count 3 ./internal/transfer/ | tee "$out/transfer.txt"
 go test -run '^$' -bench 'IsolationCost' -benchtime 20x ./internal/engine/ | tee "$out/isolation.txt"
 
 echo "== engine alone (no HTTP): aggregate decode of 1, 8 and 32 streams, 110M Q8_0"
