@@ -117,3 +117,43 @@ func TestStreamEndingInsideAFrameIsPeerLost(t *testing.T) {
 	}
 	p.idle()
 }
+
+// TestOpenHitInItsHeader: an OPEN whose magic, version or type byte is
+// corrupted still names its transfer, so decode fails the reservation as
+// Integrity and says so in an ABORT before it closes the connection;
+// prefill then reports corruption (500), not a lost connection (502).
+func TestOpenHitInItsHeader(t *testing.T) {
+	for _, hit := range []struct {
+		name string
+		at   int
+	}{{"magic", 0}, {"version", 2}, {"type", 3}} {
+		t.Run(hit.name, func(t *testing.T) {
+			p := startPair(t, setup{})
+			prompt := encode("Once upon a time there was")
+			id := transfer.NewID()
+			g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: 4})
+			if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
+				t.Fatalf("reserve: %+v %v", ev, err)
+			}
+			info := p.dec.Info()
+			open := &transfer.Frame{Type: transfer.TypeOpen, ID: id, Tenant: "acme", Tokens: uint32(len(prompt)), Layers: uint16(info.Layers), KVDim: uint32(info.KVDim)}
+			b, err := open.Encode(nil, transfer.DefaultMaxFrameBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[hit.at] ^= 0x40
+			c := p.kvClient()
+			if err := c.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			f, err := c.Read()
+			if err != nil || f.Type != transfer.TypeAbort || f.ID != id || f.Code != transfer.CodeChecksum {
+				t.Fatalf("after an OPEN hit in its %s decode sent %+v (%v); want ABORT(%s) for it", hit.name, f, err, transfer.CodeChecksum)
+			}
+			if _, last, _ := g.rest(); last.Type != peerapi.EventError || last.Error.Kind != "integrity" || last.Error.Code != transfer.CodeChecksum {
+				t.Fatalf("generate ended with %+v (%+v); want an integrity error", last, last.Error)
+			}
+			p.idle()
+		})
+	}
+}

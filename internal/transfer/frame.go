@@ -194,18 +194,23 @@ type header struct {
 	blen uint32
 }
 
-// parseHeader checks magic, version, type and the size limit.
+// parseHeader checks magic, version, type and the size limit. Whichever
+// check fails, the error carries the id the header claims: a frame whose
+// magic, version or type bits were hit is still attributed to its
+// transfer, so that the transfer fails as corrupted rather than as a lost
+// connection. The claim is not covered by a checksum; a corrupted id, or
+// bytes that are no frame at all, match no live 128-bit id.
 func parseHeader(b []byte, maxBytes int) (*header, error) {
-	if b[0] != Magic0 || b[1] != Magic1 {
-		return nil, frameErr(nil, ErrMagic, "first bytes %#x %#x", b[0], b[1])
-	}
-	if b[2] != Version {
-		return nil, frameErr(nil, ErrVersion, "version %d, this build speaks %d", b[2], Version)
-	}
 	h := &header{typ: Type(b[3]), blen: binary.LittleEndian.Uint32(b[20:24])}
 	copy(h.id[:], b[4:20])
+	if b[0] != Magic0 || b[1] != Magic1 {
+		return nil, frameErr(h, ErrMagic, "first bytes %#x %#x", b[0], b[1])
+	}
+	if b[2] != Version {
+		return nil, frameErr(h, ErrVersion, "version %d, this build speaks %d", b[2], Version)
+	}
 	if h.typ < 1 || h.typ > typeMax {
-		return nil, frameErr(nil, ErrType, "type %d", b[3])
+		return nil, frameErr(h, ErrType, "type %d", b[3])
 	}
 	if total := uint64(h.blen) + Overhead; total > uint64(maxBytes) {
 		return nil, frameErr(h, ErrTooLarge, "%d bytes, limit %d", total, maxBytes)

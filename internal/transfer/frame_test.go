@@ -78,9 +78,11 @@ func TestDecodeErrors(t *testing.T) {
 		hasID bool
 	}{
 		{"short header", good[:10], DefaultMaxFrameBytes, ErrTruncated, false},
-		{"magic", mut(func(b []byte) []byte { b[0] = 'X'; return b }), DefaultMaxFrameBytes, ErrMagic, false},
-		{"version", mut(func(b []byte) []byte { b[2] = 9; return b }), DefaultMaxFrameBytes, ErrVersion, false},
-		{"type", mut(func(b []byte) []byte { b[3] = 99; return b }), DefaultMaxFrameBytes, ErrType, false},
+		// A header hit in its magic, version or type still names its
+		// transfer, so the transfer fails as corrupted, not as lost.
+		{"magic", mut(func(b []byte) []byte { b[0] = 'X'; return b }), DefaultMaxFrameBytes, ErrMagic, true},
+		{"version", mut(func(b []byte) []byte { b[2] = 9; return b }), DefaultMaxFrameBytes, ErrVersion, true},
+		{"type", mut(func(b []byte) []byte { b[3] = 99; return b }), DefaultMaxFrameBytes, ErrType, true},
 		{"too large", good, 100, ErrTooLarge, true},
 		{"truncated body", good[:len(good)-1], DefaultMaxFrameBytes, ErrTruncated, true},
 		{"trailing bytes", append(append([]byte(nil), good...), 0), DefaultMaxFrameBytes, ErrBody, true},
@@ -91,6 +93,8 @@ func TestDecodeErrors(t *testing.T) {
 		var fe *FrameError
 		if !errors.Is(err, c.want) || !errors.As(err, &fe) || fe.HasID != c.hasID {
 			t.Errorf("%s: got %v, want %v (hasID %v)", c.name, err, c.want, c.hasID)
+		} else if fe.HasID && fe.ID != sampleFrames()[2].ID {
+			t.Errorf("%s: error claims id %v, the frame's is %v", c.name, fe.ID, sampleFrames()[2].ID)
 		}
 	}
 }
