@@ -26,7 +26,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer file for --checkpoint")
 	random := fs.String("random", "", "write a random-weight model of this shape instead: "+convert.ShapeNames())
 	seed := fs.Uint64("seed", 1, "seed for --random weights")
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (K-quants need rows of a multiple of 256; other matrices are written as q8_0)")
 	out := fs.String("out", "", "output GGUF path (required)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -39,7 +39,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if !slices.Contains(convert.Types(), dt) {
-		return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0)", dt)
+		return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", dt)
 	}
 	var m *convert.Model
 	switch {

@@ -17,14 +17,17 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
 )
 
-// ggml "file type" ids for general.file_type: what most tensors hold.
+// ggml "file type" ids for general.file_type: what most tensors hold. An
+// all-Q4_K file is llama.cpp's MOSTLY_Q4_K_S (14); MOSTLY_Q4_K_M (15) would
+// promise some Q6_K tensors, which WriteGGUF does not write.
 var fileType = map[tensor.DType]uint32{
 	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q8_0: 7, tensor.BF16: 32,
+	tensor.Q4_K: 14, tensor.Q6_K: 18,
 }
 
 // Types lists the tensor types the converter writes.
 func Types() []tensor.DType {
-	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0}
+	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K}
 }
 
 // Model is what the converter writes: an architecture, its tokenizer, and
@@ -42,10 +45,15 @@ type Model struct {
 // whole number of t's blocks (the 172-wide feed-forward of stories260K with
 // a 32-element block type, say) is written as F16 instead, which is what
 // llama.cpp's own quantizer does for such tensors.
+//
+// The K-quants (Q4_K, Q6_K) need rows of a multiple of 256. A matrix whose
+// rows are not is written as Q8_0 if they are a multiple of 32 (else F16).
+// llama.cpp's quantizer falls back too, to Q8_0 for Q6_K but to Q5_0 for
+// Q4_K; Bulkhead cannot compute with Q5_0, so both take Q8_0 here.
 func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	ft, ok := fileType[t]
 	if !ok {
-		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0)", t)
+		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", t)
 	}
 	out := make([]tensor.Tensor, 0, len(m.Tensors))
 	for i := range m.Tensors {
@@ -53,12 +61,7 @@ func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 		if src.Type != tensor.F32 {
 			return fmt.Errorf("convert: tensor %q is %s, want F32 input", src.Name, src.Type)
 		}
-		dt := t
-		if len(src.Shape) < 2 {
-			dt = tensor.F32
-		} else if src.Shape[0]%t.BlockSize() != 0 {
-			dt = tensor.F16
-		}
+		dt := fallbackType(t, src.Shape)
 		conv, err := Recode(src, dt)
 		if err != nil {
 			return err
@@ -70,6 +73,23 @@ func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 		return fmt.Errorf("convert: %w", err)
 	}
 	return nil
+}
+
+// fallbackType is the type WriteGGUF writes a tensor of the given shape in
+// when asked for t: F32 for vectors, t when the rows hold whole blocks of
+// t, else Q8_0 for a K-quant whose rows hold whole 32-element blocks, else
+// F16.
+func fallbackType(t tensor.DType, shape []int) tensor.DType {
+	switch {
+	case len(shape) < 2:
+		return tensor.F32
+	case shape[0]%t.BlockSize() == 0:
+		return t
+	case (t == tensor.Q4_K || t == tensor.Q6_K) && shape[0]%tensor.Q8_0.BlockSize() == 0:
+		return tensor.Q8_0
+	default:
+		return tensor.F16
+	}
 }
 
 // Recode returns src (F32) re-encoded as dt.

@@ -24,7 +24,12 @@ type Shape struct {
 
 // Shapes are the benchmark shapes: the published sizes of llama2.c's
 // stories models and TinyLlama's 1.1B GQA layout.
+//
+// "2M" is the smallest shape whose matrices K-quants can hold whole (every
+// row length a multiple of 256); tests use it to check Q4_K and Q6_K files
+// against llama.cpp.
 var Shapes = map[string]Shape{
+	"2M":   {"2M", 256, 768, 2, 4, 4, 512, 256, ""},
 	"15M":  {"15M", 288, 768, 6, 6, 6, 32000, 256, ""},
 	"110M": {"110M", 768, 2048, 12, 12, 12, 32000, 1024, ""},
 	"1.1B": {"1.1B", 2048, 5632, 22, 32, 4, 32000, 2048, ""},

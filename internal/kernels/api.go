@@ -1,6 +1,8 @@
 // Package kernels holds the arithmetic of the forward pass: matrix products
-// over weights in their file type (F32, F16, BF16, Q8_0, Q4_0), dot products,
-// normalisation and activation functions.
+// over weights in their file type (F32, F16, BF16, Q8_0, Q4_0, and the
+// K-quants Q4_K and Q6_K), dot products, normalisation and activation
+// functions. Q4_K and Q6_K run in pure Go (kquant.go) on every
+// architecture; the others have AVX2 kernels as well.
 //
 // Every kernel reduces in a fixed order that depends only on the length of
 // its inputs, never on the batch size, the thread count or the CPU features

@@ -16,6 +16,21 @@ import "math"
 // acc. Integer sums are exact in any order, so the SIMD code may form them
 // however it likes; only the float operations above are fixed.
 //
+// Q4_K and Q6_K rows against the same Q8_0-quantised activations (32-
+// element blocks; a 256-element weight block meets eight of them, block j
+// of the eight lining up with elements 32j..32j+31): one float32
+// accumulator starting from +0, visiting the activation blocks in order.
+// For Q4_K, activation block j meets sub-block j with 6-bit scale sc and
+// min m; with A = sc·Σq·x and B = m·Σx (exact integers, |A| < 2^22,
+// |B| < 2^18) it does acc = fma(d·dx, A, acc) and then
+// acc = fma(dmin·dx, −B, acc), d·dx and dmin·dx each one float32
+// multiply. For Q6_K, activation block j covers sub-blocks 2j and 2j+1
+// with int8 scales s0 and s1; with S = s0·Σ(q−32)·x over the first 16
+// elements + s1·Σ(q−32)·x over the last 16 (exact, |S| < 2^24) it does
+// acc = fma(d·dx, S, acc), as Q8_0 does. Only the Go kernels (kquant.go)
+// compute these; a SIMD version would have to reproduce the same float
+// operations.
+//
 // One accumulator per (row, token) is what lets the kernels lay a register
 // out however suits them: the one- to four-token kernels hold four rows of
 // one token in a register (the rows' sums reduced with in-lane unpacks),

@@ -119,8 +119,13 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		p1, p3, p4 = matBF16x1, matBF16x3, matBF16x4
 	case tensor.Q8_0:
 		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
-	default: // tensor.Q4_0
+	case tensor.Q4_0:
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
+	default:
+		// Q4_K and Q6_K have no assembly kernels: the Go ones define
+		// their results and are the only path.
+		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
+		return
 	}
 	nb := cols / 32
 	if useGemm && w.Type == tensor.Q8_0 && n >= gemmMinTokens && nb <= gemmMaxBlocks {

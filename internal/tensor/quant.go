@@ -9,7 +9,8 @@ import (
 // Quantize encodes src into dst as type t. len(src) must be a multiple of
 // t's block size and dst must hold exactly RowBytes(len(src)) bytes. The
 // encodings follow GGML's reference quantizers, so files Bulkhead writes
-// decode the same in llama.cpp.
+// decode the same in llama.cpp. Q4_K and Q6_K use a simpler scale search
+// than llama.cpp's (kquant.go) but write the same block layout.
 func Quantize(t DType, dst []byte, src []float32) error {
 	want, err := t.RowBytes(len(src))
 	if err != nil {
@@ -38,6 +39,14 @@ func Quantize(t DType, dst []byte, src []float32) error {
 	case Q4_0:
 		for b := 0; b < len(src)/32; b++ {
 			quantizeQ4_0Block(dst[b*18:b*18+18], src[b*32:b*32+32])
+		}
+	case Q4_K:
+		for b := 0; b < len(src)/KBlock; b++ {
+			quantizeQ4KBlock(dst[b*Q4KBytes:], src[b*KBlock:])
+		}
+	case Q6_K:
+		for b := 0; b < len(src)/KBlock; b++ {
+			quantizeQ6KBlock(dst[b*Q6KBytes:], src[b*KBlock:])
 		}
 	default:
 		return fmt.Errorf("quantize: no encoder for %s", t)
@@ -119,6 +128,14 @@ func Dequantize(t DType, dst []float32, src []byte) error {
 				dst[b*32+j] = float32(int(blk[2+j]&0x0f)-8) * d
 				dst[b*32+16+j] = float32(int(blk[2+j]>>4)-8) * d
 			}
+		}
+	case Q4_K:
+		for b := 0; b < len(dst)/KBlock; b++ {
+			dequantQ4KBlock(dst[b*KBlock:], src[b*Q4KBytes:])
+		}
+	case Q6_K:
+		for b := 0; b < len(dst)/KBlock; b++ {
+			dequantQ6KBlock(dst[b*KBlock:], src[b*Q6KBytes:])
 		}
 	default:
 		return fmt.Errorf("dequantize: no decoder for %s", t)

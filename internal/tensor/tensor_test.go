@@ -110,7 +110,7 @@ func TestRowBytesAndParse(t *testing.T) {
 	if d, err := ParseDType("q8_0"); err != nil || d != Q8_0 {
 		t.Fatalf("ParseDType(q8_0) = %v, %v", d, err)
 	}
-	if Q4_K.Computable() || !Q4_K.Known() || !Q8_0.Computable() {
-		t.Fatal("Known/Computable wrong for Q4_K or Q8_0")
+	if Q5_K.Computable() || !Q5_K.Known() || !Q8_0.Computable() {
+		t.Fatal("Known/Computable wrong for Q5_K or Q8_0")
 	}
 }
