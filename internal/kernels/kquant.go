@@ -9,8 +9,9 @@ import (
 
 // Q4_K and Q6_K rows against the same 32-element quantised activation
 // blocks the Q8_0 and Q4_0 kernels use (see order.go for the arithmetic and
-// package tensor's kquant.go for the block layouts). These are pure Go on
-// every architecture: the SIMD dispatch sends K-quant rows here. Each
+// package tensor's kquant.go for the block layouts). These define the
+// results; on amd64 the assembly kernels (simd_kquant_amd64.s) give the same
+// bits and are what the SIMD dispatch runs. Each
 // (row, token) pair is one scalar loop with one accumulator, so the result
 // cannot depend on the batch or the threads.
 

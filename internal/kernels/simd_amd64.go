@@ -121,9 +121,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
 	case tensor.Q4_0:
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
+	case tensor.Q4_K:
+		q1, q2, q4 = matQ4Kx1, matQ4Kx2, matQ4Kx4
+	case tensor.Q6_K:
+		q1, q2, q4 = matQ6Kx1, matQ6Kx2, matQ6Kx4
 	default:
-		// Q4_K and Q6_K have no assembly kernels: the Go ones define
-		// their results and are the only path.
+		// No assembly kernel: the Go one is the only path.
 		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
 		return
 	}

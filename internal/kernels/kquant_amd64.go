@@ -1,0 +1,29 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import "unsafe"
+
+// Assembly kernels for Q4_K and Q6_K rows (simd_kquant_amd64.s), with the
+// signatures of the Q8_0 ones: rows in fours, nb the number of 32-element
+// activation blocks (a multiple of 8, one 256-element superblock per 8),
+// the x2 and x4 forms doing two or four tokens per pass over the weights.
+// They give dotQ4KGo's and dotQ6KGo's bits.
+
+//go:noescape
+func matQ4Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+
+//go:noescape
+func matQ4Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ4Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ6Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+
+//go:noescape
+func matQ6Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ6Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)

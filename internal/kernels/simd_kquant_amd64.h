@@ -1,0 +1,117 @@
+// Shared by simd_q4k_amd64.s and simd_q6k_amd64.s: the layout notes,
+// constants and reductions of the K-quant kernels.
+
+// AVX2 kernels for Q4_K and Q6_K weights against Q8_0-quantised
+// activations (36-byte blocks: a float32 scale, 32 int8 values). They
+// reproduce dotQ4KGo and dotQ6KGo bit for bit: the integer sums are exact
+// in any order, and the float operations per activation block (one
+// multiply for each scale product, an exact convert, one fused
+// multiply-add per term, in block order) are the ones order.go fixes.
+//
+// Layout, as for the Q8_0 kernels: four rows at once, each xmm
+// accumulator holding one token's four rows (ROWOFFS clamps the offsets
+// of a partial last four). Per 256-element superblock the four rows'
+// header is decoded once into the stack frame:
+//
+//	Q4_K: 0(SP)  sc[j] of rows 0..3 as four bytes at 4j (j = 0..7)
+//	      32(SP) m[j] likewise
+//	      64(SP) d of rows 0..3 as float32, 80(SP) dmin
+//	Q6_K: 0(SP)  the sixteen int8 scales: scale s of rows 0..3 at 4s, so
+//	      activation block j finds [s2j of rows 0..3, s2j+1 of rows
+//	      0..3] in the eight bytes at 8j
+//	      64(SP) d of rows 0..3 as float32
+//
+// Per activation block the four rows' quants are unpacked into Y0-Y3
+// (shared by every token of the call); each token then forms the rows'
+// integer dot products with VPMADDUBSW (quants unsigned, x signed) and
+// VPMADDWD, reduces them with in-lane unpacks (KSUM4), scales them by the
+// integer sub-block scales (VPMULLD: exact, |A| < 2^22, |S| < 2^24) and
+// adds them into its accumulator.
+//
+// Q4_K: B = m·Σx needs the token's block sum Σx, formed from the same
+// block with VPMADDUBSW against ones. acc += (d·dx)·A, then
+// acc −= (dmin·dx)·B with VFNMADD231PS, which is fma(dmin·dx, −B, acc)
+// exactly (negating a product is exact, signed zeros included).
+//
+// Q6_K: quants q are 0..63 and stand for q−32. VPMADDUBSW gives pair
+// sums of q·x; subtracting the pair sums of 32·x (|(q−32)·x| pairs stay
+// within int16) leaves pair sums of (q−32)·x. VPMADDWD with ones and KSUM4
+// leave elements 0..15 of rows 0..3 in the low lane and 16..31 in the
+// high lane, which is exactly where the two sub-block scales apply: one
+// VPMULLD by [s2j of rows 0..3 | s2j+1 of rows 0..3], then the lanes add.
+//
+// Registers (ymm): Y0-Y3 the rows' quants, X4-X7 the accumulators of up
+// to four tokens, Y8 int16 ones, Y9 0x0f bytes, Y10 byte ones (Q4_K) or
+// 32s (Q6_K), Y11-Y15 temporaries. General: SI row 0 of the group,
+// R12/R14/R15 the offsets of rows 1..3, AX zero (row 0's offset, Q6_K),
+// DX the current superblock of row 0, R8-R11 each token's activation
+// blocks, CX superblocks left, R13 rows left, DI the output, BX the
+// prefetch pointer (the next four rows, one group ahead, as in
+// simd_quant_amd64.s).
+
+DATA k4nib<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA k4nib<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA k4nib<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA k4nib<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL k4nib<>(SB), RODATA|NOPTR, $32
+
+DATA k4ones8<>+0(SB)/8, $0x0101010101010101
+DATA k4ones8<>+8(SB)/8, $0x0101010101010101
+DATA k4ones8<>+16(SB)/8, $0x0101010101010101
+DATA k4ones8<>+24(SB)/8, $0x0101010101010101
+GLOBL k4ones8<>(SB), RODATA|NOPTR, $32
+
+DATA k4ones16<>+0(SB)/8, $0x0001000100010001
+DATA k4ones16<>+8(SB)/8, $0x0001000100010001
+DATA k4ones16<>+16(SB)/8, $0x0001000100010001
+DATA k4ones16<>+24(SB)/8, $0x0001000100010001
+GLOBL k4ones16<>(SB), RODATA|NOPTR, $32
+
+DATA k4x30<>+0(SB)/8, $0x3030303030303030
+DATA k4x30<>+8(SB)/8, $0x3030303030303030
+DATA k4x30<>+16(SB)/8, $0x3030303030303030
+DATA k4x30<>+24(SB)/8, $0x3030303030303030
+GLOBL k4x30<>(SB), RODATA|NOPTR, $32
+
+DATA k4x3f<>+0(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA k4x3f<>+8(SB)/8, $0x3f3f3f3f3f3f3f3f
+GLOBL k4x3f<>(SB), RODATA|NOPTR, $16
+
+DATA k6x20<>+0(SB)/8, $0x2020202020202020
+DATA k6x20<>+8(SB)/8, $0x2020202020202020
+DATA k6x20<>+16(SB)/8, $0x2020202020202020
+DATA k6x20<>+24(SB)/8, $0x2020202020202020
+GLOBL k6x20<>(SB), RODATA|NOPTR, $32
+
+// k4ddShuf gathers the float16 d (words 0, 2, 4, 6) then dmin (1, 3, 5, 7)
+// of four transposed Q4_K headers.
+DATA k4ddShuf<>+0(SB)/8, $0x0d0c090805040100
+DATA k4ddShuf<>+8(SB)/8, $0x0f0e0b0a07060302
+GLOBL k4ddShuf<>(SB), RODATA|NOPTR, $16
+
+// k4tr4 transposes a 4×4 byte matrix in each dword quadruple: byte j of
+// dword r goes to byte r of dword j.
+DATA k4tr4<>+0(SB)/8, $0x0d0905010c080400
+DATA k4tr4<>+8(SB)/8, $0x0f0b07030e0a0602
+DATA k4tr4<>+16(SB)/8, $0x0d0905010c080400
+DATA k4tr4<>+24(SB)/8, $0x0f0b07030e0a0602
+GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
+
+#define KCONST(C10) \
+	VMOVDQU k4ones16<>(SB), Y8; \
+	VMOVDQU k4nib<>(SB), Y9; \
+	VMOVDQU C10, Y10
+
+// KSUM4 reduces the four rows' dword sums in Y11-Y14 to Y11: low lane the
+// sums of rows 0..3 over the block's first 16 elements, high lane over
+// the last 16. Y13 and Y15 are clobbered.
+#define KSUM4 \
+	VPUNPCKLDQ Y12, Y11, Y15; \
+	VPUNPCKHDQ Y12, Y11, Y11; \
+	VPADDD Y15, Y11, Y11; \
+	VPUNPCKLDQ Y14, Y13, Y15; \
+	VPUNPCKHDQ Y14, Y13, Y13; \
+	VPADDD Y15, Y13, Y13; \
+	VPUNPCKLQDQ Y13, Y11, Y15; \
+	VPUNPCKHQDQ Y13, Y11, Y11; \
+	VPADDD Y15, Y11, Y11

@@ -1,0 +1,397 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "simd_amd64.h"
+#include "simd_kquant_amd64.h"
+
+// The Q6_K kernels; simd_kquant_amd64.h describes the layout.
+
+// ---- Q6_K ----
+
+// Q6K_HEAD transposes the four rows' sixteen int8 scales into the frame
+// and stores their d as float32 at 64(SP). d is the last two bytes of the
+// block, read as words so that nothing past the block is touched.
+#define Q6K_HEAD \
+	VMOVDQU 192(DX), X0; \
+	VMOVDQU 192(DX)(R12*1), X1; \
+	VMOVDQU 192(DX)(R14*1), X2; \
+	VMOVDQU 192(DX)(R15*1), X3; \
+	VPUNPCKLBW X1, X0, X11; \
+	VPUNPCKHBW X1, X0, X12; \
+	VPUNPCKLBW X3, X2, X13; \
+	VPUNPCKHBW X3, X2, X14; \
+	VPUNPCKLWD X13, X11, X0; \
+	VPUNPCKHWD X13, X11, X1; \
+	VPUNPCKLWD X14, X12, X2; \
+	VPUNPCKHWD X14, X12, X3; \
+	VMOVDQU X0, 0(SP); \
+	VMOVDQU X1, 16(SP); \
+	VMOVDQU X2, 32(SP); \
+	VMOVDQU X3, 48(SP); \
+	VPXOR X11, X11, X11; \
+	VPINSRW $0, 208(DX), X11, X11; \
+	VPINSRW $1, 208(DX)(R12*1), X11, X11; \
+	VPINSRW $2, 208(DX)(R14*1), X11, X11; \
+	VPINSRW $3, 208(DX)(R15*1), X11, X11; \
+	VCVTPH2PS X11, X11; \
+	VMOVUPS X11, 64(SP)
+
+// Quarter k of a half: low four bits from the low (k = 0, 1) or high
+// (k = 2, 3) nibbles of ql at QL, high two bits from bits 2k, 2k+1 of qh
+// at QH, moved to bits 4, 5. R is the row's offset register, Y the
+// destination; Y15 is scratch.
+#define Q6K_Q0(QL, QH, R, Y) \
+	VPAND QL(DX)(R*1), Y9, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPSLLW $4, Y15, Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_Q1(QL, QH, R, Y) \
+	VPAND QL(DX)(R*1), Y9, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPSLLW $2, Y15, Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_Q2(QL, QH, R, Y) \
+	VMOVDQU QL(DX)(R*1), Y; \
+	VPSRLW $4, Y, Y; \
+	VPAND Y9, Y, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_Q3(QL, QH, R, Y) \
+	VMOVDQU QL(DX)(R*1), Y; \
+	VPSRLW $4, Y, Y; \
+	VPAND Y9, Y, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPSRLW $2, Y15, Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_ROWS0(QL, QH) \
+	Q6K_Q0(QL, QH, AX, Y0); \
+	Q6K_Q0(QL, QH, R12, Y1); \
+	Q6K_Q0(QL, QH, R14, Y2); \
+	Q6K_Q0(QL, QH, R15, Y3)
+
+#define Q6K_ROWS1(QL, QH) \
+	Q6K_Q1(QL, QH, AX, Y0); \
+	Q6K_Q1(QL, QH, R12, Y1); \
+	Q6K_Q1(QL, QH, R14, Y2); \
+	Q6K_Q1(QL, QH, R15, Y3)
+
+#define Q6K_ROWS2(QL, QH) \
+	Q6K_Q2(QL, QH, AX, Y0); \
+	Q6K_Q2(QL, QH, R12, Y1); \
+	Q6K_Q2(QL, QH, R14, Y2); \
+	Q6K_Q2(QL, QH, R15, Y3)
+
+#define Q6K_ROWS3(QL, QH) \
+	Q6K_Q3(QL, QH, AX, Y0); \
+	Q6K_Q3(QL, QH, R12, Y1); \
+	Q6K_Q3(QL, QH, R14, Y2); \
+	Q6K_Q3(QL, QH, R15, Y3)
+
+// Q6K_TOK adds activation block XO/36 of the token at Rt into ACC for
+// the four rows; SO = 8·XO/36 locates the block's two scales.
+#define Q6K_TOK(Rt, XO, SO, ACC) \
+	VPMADDUBSW XO+4(Rt), Y10, Y15; \
+	VPMADDUBSW XO+4(Rt), Y0, Y11; \
+	VPMADDUBSW XO+4(Rt), Y1, Y12; \
+	VPMADDUBSW XO+4(Rt), Y2, Y13; \
+	VPMADDUBSW XO+4(Rt), Y3, Y14; \
+	VPSUBW Y15, Y11, Y11; \
+	VPSUBW Y15, Y12, Y12; \
+	VPSUBW Y15, Y13, Y13; \
+	VPSUBW Y15, Y14, Y14; \
+	VPMADDWD Y8, Y11, Y11; \
+	VPMADDWD Y8, Y12, Y12; \
+	VPMADDWD Y8, Y13, Y13; \
+	VPMADDWD Y8, Y14, Y14; \
+	KSUM4; \
+	VPMOVSXBD SO(SP), Y12; \
+	VPMULLD Y12, Y11, Y11; \
+	VEXTRACTI128 $1, Y11, X12; \
+	VPADDD X12, X11, X11; \
+	VCVTDQ2PS X11, X11; \
+	VBROADCASTSS XO(Rt), X12; \
+	VMULPS 64(SP), X12, X12; \
+	VFMADD231PS X12, X11, ACC
+
+#define Q6K_T1(XO, SO) \
+	Q6K_TOK(R8, XO, SO, X4)
+
+#define Q6K_T2(XO, SO) \
+	Q6K_TOK(R8, XO, SO, X4); \
+	Q6K_TOK(R9, XO, SO, X5)
+
+#define Q6K_T4(XO, SO) \
+	Q6K_TOK(R8, XO, SO, X4); \
+	Q6K_TOK(R9, XO, SO, X5); \
+	Q6K_TOK(R10, XO, SO, X6); \
+	Q6K_TOK(R11, XO, SO, X7)
+
+// Q6K_PREFETCH fetches this superblock's share (4·210 bytes) of the next
+// four rows.
+#define Q6K_PREFETCH \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	PREFETCHT0 448(BX); \
+	PREFETCHT0 512(BX); \
+	PREFETCHT0 576(BX); \
+	PREFETCHT0 640(BX); \
+	PREFETCHT0 704(BX); \
+	PREFETCHT0 768(BX); \
+	PREFETCHT0 832(BX); \
+	ADDQ $840, BX
+
+// func matQ6Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+TEXT ·matQ6Kx1(SB), NOSPLIT, $80-48
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+40(FP), DI
+	KCONST(k6x20<>(SB))
+	TESTQ R13, R13
+	JLE matQ6Kx1done
+
+matQ6Kx1group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xb+24(FP), R8
+	VXORPS X4, X4, X4
+	MOVQ SI, DX
+	XORQ AX, AX
+	MOVQ nb+32(FP), CX
+	SHRQ $3, CX
+	JZ matQ6Kx1reduce
+
+	PCALIGN $32
+matQ6Kx1super:
+	Q6K_HEAD
+	Q6K_ROWS0(0, 128)
+	Q6K_T1(0, 0)
+	Q6K_ROWS1(32, 128)
+	Q6K_T1(36, 8)
+	Q6K_ROWS2(0, 128)
+	Q6K_T1(72, 16)
+	Q6K_ROWS3(32, 128)
+	Q6K_T1(108, 24)
+	Q6K_ROWS0(64, 160)
+	Q6K_T1(144, 32)
+	Q6K_ROWS1(96, 160)
+	Q6K_T1(180, 40)
+	Q6K_ROWS2(64, 160)
+	Q6K_T1(216, 48)
+	Q6K_ROWS3(96, 160)
+	Q6K_T1(252, 56)
+	Q6K_PREFETCH
+	ADDQ $210, DX
+	ADDQ $288, R8
+	DECQ CX
+	JNZ matQ6Kx1super
+
+matQ6Kx1reduce:
+	CMPQ R13, $4
+	JLT matQ6Kx1partial
+	VMOVUPS X4, (DI)
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JNZ matQ6Kx1group
+	JMP matQ6Kx1done
+
+matQ6Kx1partial:
+	VMOVSS X4, (DI)
+	CMPQ R13, $2
+	JLT matQ6Kx1done
+	VEXTRACTPS $1, X4, 4(DI)
+	CMPQ R13, $3
+	JLT matQ6Kx1done
+	VEXTRACTPS $2, X4, 8(DI)
+
+matQ6Kx1done:
+	VZEROUPPER
+	RET
+
+// func matQ6Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ6Kx2(SB), NOSPLIT, $80-64
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+48(FP), DI
+	KCONST(k6x20<>(SB))
+	TESTQ R13, R13
+	JLE matQ6Kx2done
+
+matQ6Kx2group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xb+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R9
+	VXORPS X4, X4, X4
+	VXORPS X5, X5, X5
+	MOVQ SI, DX
+	XORQ AX, AX
+	MOVQ nb+40(FP), CX
+	SHRQ $3, CX
+	JZ matQ6Kx2reduce
+
+	PCALIGN $32
+matQ6Kx2super:
+	Q6K_HEAD
+	Q6K_ROWS0(0, 128)
+	Q6K_T2(0, 0)
+	Q6K_ROWS1(32, 128)
+	Q6K_T2(36, 8)
+	Q6K_ROWS2(0, 128)
+	Q6K_T2(72, 16)
+	Q6K_ROWS3(32, 128)
+	Q6K_T2(108, 24)
+	Q6K_ROWS0(64, 160)
+	Q6K_T2(144, 32)
+	Q6K_ROWS1(96, 160)
+	Q6K_T2(180, 40)
+	Q6K_ROWS2(64, 160)
+	Q6K_T2(216, 48)
+	Q6K_ROWS3(96, 160)
+	Q6K_T2(252, 56)
+	Q6K_PREFETCH
+	ADDQ $210, DX
+	ADDQ $288, R8
+	ADDQ $288, R9
+	DECQ CX
+	JNZ matQ6Kx2super
+
+matQ6Kx2reduce:
+	MOVQ ostride+56(FP), AX
+	CMPQ R13, $4
+	JLT matQ6Kx2partial
+	VMOVUPS X4, (DI)
+	VMOVUPS X5, (DI)(AX*1)
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JNZ matQ6Kx2group
+	JMP matQ6Kx2done
+
+matQ6Kx2partial:
+	VMOVSS X4, (DI)
+	VMOVSS X5, (DI)(AX*1)
+	CMPQ R13, $2
+	JLT matQ6Kx2done
+	VEXTRACTPS $1, X4, 4(DI)
+	VEXTRACTPS $1, X5, 4(DI)(AX*1)
+	CMPQ R13, $3
+	JLT matQ6Kx2done
+	VEXTRACTPS $2, X4, 8(DI)
+	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+
+matQ6Kx2done:
+	VZEROUPPER
+	RET
+
+// func matQ6Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ6Kx4(SB), NOSPLIT, $80-64
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+48(FP), DI
+	KCONST(k6x20<>(SB))
+	TESTQ R13, R13
+	JLE matQ6Kx4done
+
+matQ6Kx4group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xb+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R9
+	LEAQ (R9)(CX*1), R10
+	LEAQ (R10)(CX*1), R11
+	VXORPS X4, X4, X4
+	VXORPS X5, X5, X5
+	VXORPS X6, X6, X6
+	VXORPS X7, X7, X7
+	MOVQ SI, DX
+	XORQ AX, AX
+	MOVQ nb+40(FP), CX
+	SHRQ $3, CX
+	JZ matQ6Kx4reduce
+
+	PCALIGN $32
+matQ6Kx4super:
+	Q6K_HEAD
+	Q6K_ROWS0(0, 128)
+	Q6K_T4(0, 0)
+	Q6K_ROWS1(32, 128)
+	Q6K_T4(36, 8)
+	Q6K_ROWS2(0, 128)
+	Q6K_T4(72, 16)
+	Q6K_ROWS3(32, 128)
+	Q6K_T4(108, 24)
+	Q6K_ROWS0(64, 160)
+	Q6K_T4(144, 32)
+	Q6K_ROWS1(96, 160)
+	Q6K_T4(180, 40)
+	Q6K_ROWS2(64, 160)
+	Q6K_T4(216, 48)
+	Q6K_ROWS3(96, 160)
+	Q6K_T4(252, 56)
+	Q6K_PREFETCH
+	ADDQ $210, DX
+	ADDQ $288, R8
+	ADDQ $288, R9
+	ADDQ $288, R10
+	ADDQ $288, R11
+	DECQ CX
+	JNZ matQ6Kx4super
+
+matQ6Kx4reduce:
+	MOVQ ostride+56(FP), AX
+	LEAQ (DI)(AX*2), CX
+	CMPQ R13, $4
+	JLT matQ6Kx4partial
+	VMOVUPS X4, (DI)
+	VMOVUPS X5, (DI)(AX*1)
+	VMOVUPS X6, (CX)
+	VMOVUPS X7, (CX)(AX*1)
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JNZ matQ6Kx4group
+	JMP matQ6Kx4done
+
+matQ6Kx4partial:
+	VMOVSS X4, (DI)
+	VMOVSS X5, (DI)(AX*1)
+	VMOVSS X6, (CX)
+	VMOVSS X7, (CX)(AX*1)
+	CMPQ R13, $2
+	JLT matQ6Kx4done
+	VEXTRACTPS $1, X4, 4(DI)
+	VEXTRACTPS $1, X5, 4(DI)(AX*1)
+	VEXTRACTPS $1, X6, 4(CX)
+	VEXTRACTPS $1, X7, 4(CX)(AX*1)
+	CMPQ R13, $3
+	JLT matQ6Kx4done
+	VEXTRACTPS $2, X4, 8(DI)
+	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+	VEXTRACTPS $2, X6, 8(CX)
+	VEXTRACTPS $2, X7, 8(CX)(AX*1)
+
+matQ6Kx4done:
+	VZEROUPPER
+	RET
