@@ -26,7 +26,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer file for --checkpoint")
 	random := fs.String("random", "", "write a random-weight model of this shape instead: "+convert.ShapeNames())
 	seed := fs.Uint64("seed", 1, "seed for --random weights")
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k (K-quants need rows of a multiple of 256; other matrices are written as q8_0)")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (llama.cpp's mix of q4_k and q6_k); K-quants need rows of a multiple of 256, other matrices are written as q8_0")
 	out := fs.String("out", "", "output GGUF path (required)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -34,12 +34,16 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return usagef("--out is required")
 	}
-	dt, err := tensor.ParseDType(*typ)
-	if err != nil {
-		return usageError{err}
-	}
-	if !slices.Contains(convert.Types(), dt) {
-		return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", dt)
+	mixQ4KM := strings.EqualFold(*typ, "q4_k_m")
+	dt := tensor.Q4_K
+	var err error
+	if !mixQ4KM {
+		if dt, err = tensor.ParseDType(*typ); err != nil {
+			return usageError{err}
+		}
+		if !slices.Contains(convert.Types(), dt) {
+			return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m)", dt)
+		}
 	}
 	var m *convert.Model
 	switch {
@@ -77,7 +81,12 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		}
 		m = convert.FromLlama2C(name, c, t)
 	}
-	return writeFileAtomic(*out, func(w io.Writer) error { return convert.WriteGGUF(w, m, dt) })
+	return writeFileAtomic(*out, func(w io.Writer) error {
+		if mixQ4KM {
+			return convert.WriteGGUFQ4KM(w, m)
+		}
+		return convert.WriteGGUF(w, m, dt)
+	})
 }
 
 // writeFileAtomic writes through a temporary file in the same directory and

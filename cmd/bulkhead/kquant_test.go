@@ -79,6 +79,31 @@ func TestConvertKQuantRandom(t *testing.T) {
 	}
 }
 
+// `convert --type q4_k_m` mixes types as llama.cpp's Q4_K_M does: Q6_K
+// for the output matrix (here the token embeddings, since the random
+// shapes tie the output to them) and for the value and down projections of
+// the layers that get more bits (of the 2M shape's two layers, the last),
+// Q4_K for every other matrix, and file type 15.
+func TestConvertQ4KM(t *testing.T) {
+	path := convertRandomK(t, "q4_k_m")
+	types, ft := tensorTypes(t, path)
+	if ft != 15 {
+		t.Errorf("general.file_type %d, want 15 (MOSTLY_Q4_K_M)", ft)
+	}
+	want := map[string]tensor.DType{"token_embd.weight": tensor.Q6_K,
+		"blk.0.attn_v.weight": tensor.Q4_K, "blk.0.ffn_down.weight": tensor.Q4_K, "blk.0.attn_q.weight": tensor.Q4_K,
+		"blk.1.attn_v.weight": tensor.Q6_K, "blk.1.ffn_down.weight": tensor.Q6_K, "blk.1.ffn_up.weight": tensor.Q4_K}
+	for name, dt := range want {
+		if tt, ok := types[name]; !ok || tt.Type != dt {
+			t.Errorf("tensor %s is %v, want %s", name, tt.Type, dt)
+		}
+	}
+	out, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0")
+	if code != 0 || out == "" {
+		t.Fatalf("generate exit %d, output %q: %s", code, out, errOut)
+	}
+}
+
 // stories260K's rows are 64 and 172 wide: no K-quant fits, so a K-quant
 // conversion writes the 64-wide matrices as Q8_0 and the 172-wide ones
 // (not even whole 32-element blocks) as F16, and the file still runs.
@@ -122,7 +147,8 @@ var kquantPrompts = []string{
 // ones, and a random model (no trained margins between its top tokens)
 // turns that small difference into a different token now and then, after
 // which the texts part. Measured on this file: Q4_K 6 of 10 completions
-// identical and 8 of 10 sharing their first 4 bytes, Q6_K 8 and 10 (Q8_0
+// identical and 8 of 10 sharing their first 4 bytes, Q6_K 8 and 10, the
+// Q4_K_M mix 7 and 9 (Q8_0
 // and Q4_0, where llama.cpp quantises activations in 32-element blocks as
 // Bulkhead does, reach 9 of 10). A misread layout (the nibbles of a Q4_K
 // byte swapped, or the two scales of a Q6_K activation block) gives 0 and
@@ -132,7 +158,7 @@ func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const maxTokens = 8
-	for _, typ := range []string{"q4_k", "q6_k"} {
+	for _, typ := range []string{"q4_k", "q6_k", "q4_k_m"} {
 		path := convertRandomK(t, typ)
 		same, prefix := 0, 0
 		for _, prompt := range kquantPrompts {
@@ -156,7 +182,7 @@ func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 		}
 		t.Logf("%s: %d of %d %d-token greedy completions identical in Bulkhead and llama.cpp, %d share their first 4 bytes",
 			typ, same, len(kquantPrompts), maxTokens, prefix)
-		if floor := map[string]int{"q4_k": 4, "q6_k": 6}[typ]; same < floor {
+		if floor := map[string]int{"q4_k": 4, "q6_k": 6, "q4_k_m": 4}[typ]; same < floor {
 			t.Errorf("%s: only %d of %d completions agree with llama.cpp, want at least %d", typ, same, len(kquantPrompts), floor)
 		}
 		if prefix < 7 {

@@ -55,13 +55,52 @@ func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	if !ok {
 		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", t)
 	}
+	return write(w, m, ft, func(string) tensor.DType { return t })
+}
+
+// Q4KMFileType is llama.cpp's general.file_type for MOSTLY_Q4_K_M.
+const Q4KMFileType = 15
+
+// WriteGGUFQ4KM encodes m the way llama.cpp's Q4_K_M quantisation mixes
+// types, the mix most published GGUF files use: Q6_K for the output
+// matrix (the token embeddings when the output is tied to them), and for
+// the value projections and the feed-forward down projections of the
+// first and last eighth of the layers and every third layer in between;
+// Q4_K for every other matrix. The same fallbacks as WriteGGUF apply to
+// rows that are not a multiple of 256.
+func WriteGGUFQ4KM(w io.Writer, m *Model) error {
+	n := m.Config.Layers
+	moreBits := func(i int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 }
+	output := "token_embd.weight"
+	for _, t := range m.Tensors {
+		if t.Name == "output.weight" {
+			output = t.Name
+		}
+	}
+	return write(w, m, Q4KMFileType, func(name string) tensor.DType {
+		var layer int
+		var kind string
+		if name == output {
+			return tensor.Q6_K
+		}
+		if _, err := fmt.Sscanf(name, "blk.%d.%s", &layer, &kind); err == nil &&
+			(kind == "attn_v.weight" || kind == "ffn_down.weight") && moreBits(layer) {
+			return tensor.Q6_K
+		}
+		return tensor.Q4_K
+	})
+}
+
+// write encodes m with each matrix in the type pick names for it (see
+// fallbackType for the exceptions) and general.file_type ft.
+func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType) error {
 	out := make([]tensor.Tensor, 0, len(m.Tensors))
 	for i := range m.Tensors {
 		src := &m.Tensors[i]
 		if src.Type != tensor.F32 {
 			return fmt.Errorf("convert: tensor %q is %s, want F32 input", src.Name, src.Type)
 		}
-		dt := fallbackType(t, src.Shape)
+		dt := fallbackType(pick(src.Name), src.Shape)
 		conv, err := Recode(src, dt)
 		if err != nil {
 			return err
