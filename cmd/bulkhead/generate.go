@@ -31,7 +31,7 @@ func (m *modelFlags) register(fs interface {
 }) {
 	fs.StringVar(&m.model, "model", "", "model file: GGUF, or a llama2.c checkpoint with --tokenizer (default: the embedded stories260K)")
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "llama2.c tokenizer file (only with a llama2.c --model)")
-	fs.IntVar(&m.threads, "threads", 0, "threads for matrix products (0: one per CPU)")
+	fs.IntVar(&m.threads, "threads", 0, "threads for matrix products (0: one per GOMAXPROCS, the CPUs this process may use)")
 }
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {

@@ -52,7 +52,8 @@ type Config struct {
 	// Listen is the HTTP listen address (default 127.0.0.1:8080). The serve
 	// command's --listen flag overrides it.
 	Listen string `yaml:"listen"`
-	// Threads is the number of compute threads; 0 uses every CPU.
+	// Threads is the number of compute threads; 0 uses one per GOMAXPROCS
+	// (the container's CPU limit), and more than GOMAXPROCS are cut to it.
 	Threads int `yaml:"threads"`
 	// ContextLen bounds prompt plus generated tokens; 0 uses the model's
 	// context length. It may not exceed the model's.

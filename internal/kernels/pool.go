@@ -114,11 +114,14 @@ type Pool struct {
 }
 
 // NewPool starts a Pool of threads threads, the caller counting as one, so
-// threads-1 worker goroutines are started. threads <= 0 means
-// runtime.NumCPU().
+// threads-1 worker goroutines are started. threads <= 0 means one per
+// runtime.GOMAXPROCS, which follows the container's CPU limit where
+// runtime.NumCPU would count the host's cores; more than GOMAXPROCS are
+// cut to it, since threads that cannot all run at once would only poll
+// while holding the processors the others wait for.
 func NewPool(threads int) *Pool {
-	if threads <= 0 {
-		threads = runtime.NumCPU()
+	if procs := runtime.GOMAXPROCS(0); threads <= 0 || threads > procs {
+		threads = procs
 	}
 	p := &Pool{threads: threads, done: make(chan struct{}, 1)}
 	p.quant.fn = p.quantTokens
