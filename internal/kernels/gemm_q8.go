@@ -2,11 +2,7 @@
 
 package kernels
 
-import (
-	"unsafe"
-
-	"github.com/bulkhead-llm/bulkhead/internal/tensor"
-)
+import "unsafe"
 
 // The batched Q8_0 path (gemm_q8_amd64.s): eight tokens at a time, their
 // activations interleaved into a stack buffer so that one register holds
@@ -100,8 +96,9 @@ func interleaveGroups(dst, xq []byte, n, nb int) []byte {
 	return dst
 }
 
-// gemmInterleave returns xq interleaved for the eight-token kernel when a
-// MatMul of ps over n tokens will use it, reusing dst; else nil.
+// gemmInterleave returns xq interleaved for the eight-token kernels when a
+// MatMul of ps over n tokens will use one (a product whose weights
+// hasGemm takes), reusing dst; else nil.
 func gemmInterleave(dst []byte, ps []Product, xq []byte, n int) []byte {
 	if !useSIMD || !useGemm || n < gemmMinTokens {
 		return nil
@@ -111,7 +108,7 @@ func gemmInterleave(dst []byte, ps []Product, xq []byte, n int) []byte {
 		return nil
 	}
 	for _, pr := range ps {
-		if pr.W.Type == tensor.Q8_0 {
+		if hasGemm(pr.W.Type) {
 			return interleaveGroups(dst, xq, n, nb)
 		}
 	}

@@ -10,8 +10,9 @@ import (
 // Q4_K and Q6_K rows against the same 32-element quantised activation
 // blocks the Q8_0 and Q4_0 kernels use (see order.go for the arithmetic and
 // package tensor's kquant.go for the block layouts). These define the
-// results; on amd64 the assembly kernels (simd_kquant_amd64.s) give the same
-// bits and are what the SIMD dispatch runs. Each
+// results; on amd64 the assembly kernels (simd_q4k_amd64.s, simd_q6k_amd64.s,
+// and gemm_kquant_amd64.s for eight tokens at a time) give the same bits and
+// are what the SIMD dispatch runs. Each
 // (row, token) pair is one scalar loop with one accumulator, so the result
 // cannot depend on the batch or the threads.
 

@@ -174,11 +174,17 @@ func kqCompare(t *testing.T, w *Matrix, xq []byte, n int) {
 // mixtures), one to eight superblocks per row.
 func TestKQuantSIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
-	rng := rand.New(rand.NewPCG(41, 42))
-	for _, typ := range kTypes {
+	kqSweep(t, rand.New(rand.NewPCG(41, 42)), kTypes, 1, 9)
+}
+
+// kqSweep compares the SIMD path with the Go one for every type in types,
+// row count 1..9, token count n0..n1 and one, three and eight superblocks
+// per row, on fresh extreme weights and activations each time.
+func kqSweep(t *testing.T, rng *rand.Rand, types []tensor.DType, n0, n1 int) {
+	for _, typ := range types {
 		for _, cols := range []int{256, 768, 2048} {
 			for rows := 1; rows <= 9; rows++ {
-				for n := 1; n <= 9; n++ {
+				for n := n0; n <= n1; n++ {
 					w := kqWeights(rng, typ, rows, cols)
 					kqCompare(t, w, kqActivations(rng, n, cols/32), n)
 				}

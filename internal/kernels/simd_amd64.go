@@ -131,9 +131,18 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		return
 	}
 	nb := cols / 32
-	if useGemm && w.Type == tensor.Q8_0 && n >= gemmMinTokens && nb <= gemmMaxBlocks {
-		gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride)
-		return
+	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {
+		switch w.Type {
+		case tensor.Q8_0:
+			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride)
+			return
+		case tensor.Q4_K:
+			gemmKRows(gemmQ4Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			return
+		case tensor.Q6_K:
+			gemmKRows(gemmQ6Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			return
+		}
 	}
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)

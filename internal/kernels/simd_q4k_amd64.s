@@ -8,47 +8,6 @@
 
 // ---- Q4_K ----
 
-// Q4K_HEAD decodes the four rows' superblock headers into the frame.
-// Each header's first 16 bytes are dwords [d|dmin, u0, u1, u2] (u the
-// packed scale bytes 0-3, 4-7, 8-11); transposed, each register holds one
-// of them for the four rows, and the 6-bit unpacking of UnpackQ4KScales
-// runs on all four at once:
-//
-//	sc0..3 = u0 & 0x3f, m0..3 = u1 & 0x3f
-//	sc4..7 = u2 & 0x0f | (u0>>2) & 0x30, m4..7 = (u2>>4) & 0x0f | (u1>>2) & 0x30
-#define Q4K_HEAD \
-	VMOVDQU (DX), X0; \
-	VMOVDQU (DX)(R12*1), X1; \
-	VMOVDQU (DX)(R14*1), X2; \
-	VMOVDQU (DX)(R15*1), X3; \
-	VPUNPCKLDQ X1, X0, X11; \
-	VPUNPCKHDQ X1, X0, X12; \
-	VPUNPCKLDQ X3, X2, X13; \
-	VPUNPCKHDQ X3, X2, X14; \
-	VPUNPCKLQDQ X13, X11, X0; \
-	VPUNPCKHQDQ X13, X11, X1; \
-	VPUNPCKLQDQ X14, X12, X2; \
-	VPUNPCKHQDQ X14, X12, X3; \
-	VPSHUFB k4ddShuf<>(SB), X0, X0; \
-	VCVTPH2PS X0, Y0; \
-	VMOVUPS Y0, 64(SP); \
-	VPAND k4x3f<>(SB), X1, X11; \
-	VPAND k4x3f<>(SB), X2, X12; \
-	VPSRLD $2, X1, X13; \
-	VPAND k4x30<>(SB), X13, X13; \
-	VPAND X9, X3, X14; \
-	VPOR X14, X13, X13; \
-	VPSRLD $2, X2, X14; \
-	VPAND k4x30<>(SB), X14, X14; \
-	VPSRLD $4, X3, X15; \
-	VPAND X9, X15, X15; \
-	VPOR X15, X14, X14; \
-	VINSERTI128 $1, X13, Y11, Y11; \
-	VINSERTI128 $1, X14, Y12, Y12; \
-	VPSHUFB k4tr4<>(SB), Y11, Y11; \
-	VPSHUFB k4tr4<>(SB), Y12, Y12; \
-	VMOVDQU Y11, 0(SP); \
-	VMOVDQU Y12, 32(SP)
 
 // Q4K_LO and Q4K_HI unpack the low or high nibbles of the four rows' 32
 // quant bytes at OFF: sub-block 2c and 2c+1 of chunk c.
@@ -192,7 +151,7 @@ matQ4Kx1group:
 
 	PCALIGN $32
 matQ4Kx1super:
-	Q4K_HEAD
+	Q4K_HEAD(X9)
 	Q4K_LO(16)
 	Q4K_LO1(0, 0)
 	Q4K_HI(16)
@@ -265,7 +224,7 @@ matQ4Kx2group:
 
 	PCALIGN $32
 matQ4Kx2super:
-	Q4K_HEAD
+	Q4K_HEAD(X9)
 	Q4K_LO(16)
 	Q4K_LO2(0, 0)
 	Q4K_HI(16)
@@ -348,7 +307,7 @@ matQ4Kx4group:
 
 	PCALIGN $32
 matQ4Kx4super:
-	Q4K_HEAD
+	Q4K_HEAD(X9)
 	Q4K_LO(16)
 	Q4K_LO4(0, 0)
 	Q4K_HI(16)

@@ -1,0 +1,49 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"unsafe"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// The batched K-quant path (gemm_kquant_amd64.s): Q4_K and Q6_K weights
+// against eight tokens at a time, on the activations interleaveGroups lays
+// out for the Q8_0 kernel. Unlike Q8_0 nothing is scanned first: K-quant
+// quants are unsigned, so no weight defeats the kernels' byte products.
+
+//go:noescape
+func gemmQ4Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+//go:noescape
+func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+type gemmX8 func(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+// gemmKRows is matRowsSIMD for K-quant weights and at least gemmMinTokens
+// tokens: tile by tile, groups of eight tokens (the last one partial if it
+// holds at least gemmMinTokens) take g8, the tokens left over the four-row
+// kernels q1, q2, q4. xi is as for gemmQ8Rows; nil has it built here.
+func gemmKRows(g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int) {
+	nb := w.Cols / 32
+	if xi == nil {
+		xi = interleaveGroups(nil, xq, n, nb)
+	}
+	rb, _ := w.Type.RowBytes(w.Cols)
+	for t0 := r0; t0 < r1; t0 += tile {
+		rows := min(tile, r1-t0)
+		wp := unsafe.Pointer(&w.Data[t0*rb])
+		i := 0
+		for g := 0; n-i >= gemmMinTokens; i, g = i+8, g+1 {
+			g8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
+		}
+		i = min(i, n)
+		quantTile(q1, q2, q4, wp, rb, rows, xq, nb, i, n, out[t0:], ostride)
+	}
+}
+
+// hasGemm reports whether weights of type t have an eight-token kernel.
+func hasGemm(t tensor.DType) bool {
+	return t == tensor.Q8_0 || t == tensor.Q4_K || t == tensor.Q6_K
+}

@@ -1,0 +1,457 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "simd_amd64.h"
+#include "simd_kquant_amd64.h"
+
+// The batched K-quant kernels: four weight rows by eight tokens per pass,
+// on the interleaved activations of gemm_q8_amd64.s (xiBlock bytes per
+// activation block: dx of the eight tokens at 0, their 8·Σx at 32, X_g at
+// 64+32g holding elements 4g..4g+3 of each token). As in gemmQ8x8 each
+// register holds one row's value for the eight tokens, so the integer sums
+// need no reduction across lanes, and the float operations per (row,
+// token) are order.go's, lane by lane.
+//
+// Per 256-element superblock the four rows are decoded once into the
+// frame, one 160-byte record per activation block j (at 96+160j):
+//
+//	0   the quants of rows 0..3 for block j, 32 bytes each, as bytes
+//	    0..15 (Q4_K) or 0..63 (Q6_K), element e at 32r+e
+//	128 Q4_K: sc_j of rows 0..3 as float32;  Q6_K: s_2j likewise
+//	144 Q4_K: m_j/8 of rows 0..3 as float32; Q6_K: s_2j+1 likewise
+//
+// and 64(SP) holds d of rows 0..3 as float32, 80(SP) dmin (Q4_K). A
+// group's four quant bytes are then broadcast straight from the frame
+// (a load, no shuffle), and VPMADDUBSW(quants unsigned, X_g signed) gives
+// pair sums for the eight tokens.
+//
+// Q4_K: a pair is at most 2·15·128 = 3840, so the eight groups of a block
+// add in int16 (at most 30720) before one VPMADDWD. A = sc·S is the
+// exact product of floats (|A| < 2^22). B = m·Σx is cvt(8·Σx)·(m/8): m/8
+// and the product are exact (|B| < 2^18), so B is the integer order.go
+// names. Then acc = fma(d·dx, A, acc) and VFNMADD231PS for fma(dmin·dx,
+// −B, acc).
+//
+// Q6_K: pairs of q·x (q 0..63) are at most 16128, so two groups add in
+// int16 before VPMADDWD; groups 0..3 form sub-block 2j's sum, 4..7 sub-
+// block 2j+1's. Each half less 32·(its Σx) is Σ(q−32)·x; the half sums of
+// x come from X_g against byte ones, shared by the four rows. S =
+// s0·S0 + s1·S1 formed in float is exact (every partial below 2^24),
+// then acc = fma(d·dx, S, acc).
+//
+// Registers: Y0-Y3 the rows' sums, Y4-Y7 their accumulators, Y8 int16
+// ones, Y9 X_g (then dx), Y10-Y13 the broadcast quants, Y14 Σx terms,
+// Y15 scratch. SI row 0 of the four, R12/R14/R15 rows 1..3 (ROWOFFS), DX
+// the superblock of row 0, R8 the interleaved block, R9 the record, R10
+// blocks left in the superblock, CX superblocks left, R13 rows left, DI
+// the output, BX the prefetch pointer.
+
+DATA g4kEighth<>+0(SB)/8, $0x3e0000003e000000
+DATA g4kEighth<>+8(SB)/8, $0x3e0000003e000000
+DATA g4kEighth<>+16(SB)/8, $0x3e0000003e000000
+DATA g4kEighth<>+24(SB)/8, $0x3e0000003e000000
+GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
+
+
+// G4K_SC converts sc and m of blocks J and J+1 (at SO(SP), SO+32(SP)) to
+// float32 (m divided by 8) in records A and B (frame offsets).
+#define G4K_SC(SO, A, B) \
+	VPMOVZXBD SO(SP), Y10; \
+	VCVTDQ2PS Y10, Y10; \
+	VMOVUPS X10, A+128(SP); \
+	VEXTRACTF128 $1, Y10, B+128(SP); \
+	VPMOVZXBD SO+32(SP), Y11; \
+	VCVTDQ2PS Y11, Y11; \
+	VMULPS g4kEighth<>(SB), Y11, Y11; \
+	VMOVUPS X11, A+144(SP); \
+	VEXTRACTF128 $1, Y11, B+144(SP)
+
+// G4K_NIB stores row R's low nibbles of the 32 quant bytes at OFF to
+// record A, the high ones to record B (blocks 2c and 2c+1 of chunk c).
+#define G4K_NIB(OFF, R, Y, A, B) \
+	VMOVDQU OFF(DX)(R*1), Y; \
+	VPAND Y15, Y, Y0; \
+	VMOVDQU Y0, A(SP); \
+	VPSRLW $4, Y, Y; \
+	VPAND Y15, Y, Y; \
+	VMOVDQU Y, B(SP)
+
+#define G4K_CHUNK(OFF, A, B) \
+	G4K_NIB(OFF, AX, Y10, A, B); \
+	G4K_NIB(OFF, R12, Y11, A+32, B+32); \
+	G4K_NIB(OFF, R14, Y12, A+64, B+64); \
+	G4K_NIB(OFF, R15, Y13, A+96, B+96)
+
+// GQ_FIRST and GQ_NEXT add group G's pair sums of the four rows to Y0-Y3
+// (GQ_FIRST sets them).
+#define GQ_FIRST \
+	VMOVDQU 64(R8), Y9; \
+	VBROADCASTSS 0(R9), Y10; \
+	VBROADCASTSS 32(R9), Y11; \
+	VBROADCASTSS 64(R9), Y12; \
+	VBROADCASTSS 96(R9), Y13; \
+	VPMADDUBSW Y9, Y10, Y0; \
+	VPMADDUBSW Y9, Y11, Y1; \
+	VPMADDUBSW Y9, Y12, Y2; \
+	VPMADDUBSW Y9, Y13, Y3
+
+#define GQ_NEXT(XO, WO) \
+	VMOVDQU XO(R8), Y9; \
+	VBROADCASTSS WO(R9), Y10; \
+	VBROADCASTSS WO+32(R9), Y11; \
+	VBROADCASTSS WO+64(R9), Y12; \
+	VBROADCASTSS WO+96(R9), Y13; \
+	VPMADDUBSW Y9, Y10, Y10; \
+	VPMADDUBSW Y9, Y11, Y11; \
+	VPMADDUBSW Y9, Y12, Y12; \
+	VPMADDUBSW Y9, Y13, Y13; \
+	VPADDW Y10, Y0, Y0; \
+	VPADDW Y11, Y1, Y1; \
+	VPADDW Y12, Y2, Y2; \
+	VPADDW Y13, Y3, Y3
+
+// G4K_ROW adds row R's block into ACC: S the int16 pair sums, T scratch,
+// Y9 the tokens' dx, Y14 their cvt(8·Σx).
+#define G4K_ROW(S, T, ACC, R) \
+	VPMADDWD Y8, S, S; \
+	VCVTDQ2PS S, S; \
+	VBROADCASTSS 128+4*R(R9), T; \
+	VMULPS T, S, S; \
+	VBROADCASTSS 64+4*R(SP), T; \
+	VMULPS Y9, T, T; \
+	VFMADD231PS T, S, ACC; \
+	VBROADCASTSS 144+4*R(R9), T; \
+	VMULPS Y14, T, S; \
+	VBROADCASTSS 80+4*R(SP), T; \
+	VMULPS Y9, T, T; \
+	VFNMADD231PS T, S, ACC
+
+// GK_PF9 fetches nine cache lines at BX (a Q4_K superblock's share, 4·144
+// bytes, of the next four rows), GK_PF14 fourteen (Q6_K's 4·210).
+#define GK_PF9 \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	PREFETCHT0 448(BX); \
+	PREFETCHT0 512(BX)
+
+#define GK_PF14 \
+	GK_PF9; \
+	PREFETCHT0 576(BX); \
+	PREFETCHT0 640(BX); \
+	PREFETCHT0 704(BX); \
+	PREFETCHT0 768(BX); \
+	PREFETCHT0 832(BX)
+
+// GK_STORE writes out[t*ostride/4 + r] for the (up to four) real rows and
+// the ntok real tokens from Y4-Y7, then moves SI and DI to the next four
+// rows, or leaves.
+#define GK_STORE(LOOP, DONE, ROWS, ROW, TOK) \
+	VMOVUPS Y4, 96(SP); \
+	VMOVUPS Y5, 128(SP); \
+	VMOVUPS Y6, 160(SP); \
+	VMOVUPS Y7, 192(SP); \
+	MOVQ ntok+56(FP), R9; \
+	MOVQ ostride+48(FP), R10; \
+	MOVQ R13, R11; \
+	CMPQ R11, $4; \
+	JLE ROWS; \
+	MOVQ $4, R11; \
+ROWS: \
+	LEAQ 96(SP), BX; \
+	MOVQ DI, R8; \
+ROW: \
+	MOVQ R8, DX; \
+	XORQ CX, CX; \
+TOK: \
+	MOVL (BX)(CX*4), AX; \
+	MOVL AX, (DX); \
+	ADDQ R10, DX; \
+	INCQ CX; \
+	CMPQ CX, R9; \
+	JLT TOK; \
+	ADDQ $32, BX; \
+	ADDQ $4, R8; \
+	DECQ R11; \
+	JNZ ROW; \
+	CMPQ R13, $4; \
+	JLE DONE; \
+	ADDQ $16, DI; \
+	MOVQ rowBytes+8(FP), AX; \
+	LEAQ (SI)(AX*4), SI; \
+	SUBQ $4, R13; \
+	JMP LOOP
+
+// func gemmQ4Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+// writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
+// The frame is too large for NOSPLIT.
+TEXT ·gemmQ4Kx8(SB), 0, $1376-64
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+40(FP), DI
+	VMOVDQU k4ones16<>(SB), Y8
+	TESTQ R13, R13
+	JLE g4kDone
+
+g4kGroup:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xi+24(FP), R8
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ SI, DX
+	MOVQ nb+32(FP), CX
+	SHRQ $3, CX
+	JZ g4kStore
+
+g4kSuper:
+	Q4K_HEAD(k4nib<>(SB))
+	G4K_SC(0, 96, 256)
+	G4K_SC(8, 416, 576)
+	G4K_SC(16, 736, 896)
+	G4K_SC(24, 1056, 1216)
+	VMOVDQU k4nib<>(SB), Y15
+	XORQ AX, AX
+	G4K_CHUNK(16, 96, 256)
+	G4K_CHUNK(48, 416, 576)
+	G4K_CHUNK(80, 736, 896)
+	G4K_CHUNK(112, 1056, 1216)
+	GK_PF9
+	ADDQ $576, BX
+	LEAQ 96(SP), R9
+	MOVQ $8, R10
+
+	PCALIGN $32
+g4kBlock:
+	GQ_FIRST
+	GQ_NEXT(96, 4)
+	GQ_NEXT(128, 8)
+	GQ_NEXT(160, 12)
+	GQ_NEXT(192, 16)
+	GQ_NEXT(224, 20)
+	GQ_NEXT(256, 24)
+	GQ_NEXT(288, 28)
+	VMOVUPS (R8), Y9
+	VCVTDQ2PS 32(R8), Y14
+	G4K_ROW(Y0, Y10, Y4, 0)
+	G4K_ROW(Y1, Y11, Y5, 1)
+	G4K_ROW(Y2, Y12, Y6, 2)
+	G4K_ROW(Y3, Y13, Y7, 3)
+	ADDQ $160, R9
+	ADDQ $576, R8
+	DECQ R10
+	JNZ g4kBlock
+	ADDQ $144, DX
+	DECQ CX
+	JNZ g4kSuper
+
+g4kStore:
+	GK_STORE(g4kGroup, g4kDone, g4kRows, g4kRow, g4kTok)
+
+g4kDone:
+	VZEROUPPER
+	RET
+
+// ---- Q6_K ----
+
+// G6K_SC converts the four rows' int8 scales s_K..s_K+7 (at OFF) to
+// float32 and transposes them into records A..D (blocks K/2..K/2+3):
+// block j's s_2j at 128, s_2j+1 at 144.
+#define G6K_SC(OFF, A, B, C, D) \
+	VPMOVSXBD OFF(DX), Y0; \
+	VPMOVSXBD OFF(DX)(R12*1), Y1; \
+	VPMOVSXBD OFF(DX)(R14*1), Y2; \
+	VPMOVSXBD OFF(DX)(R15*1), Y3; \
+	VCVTDQ2PS Y0, Y0; \
+	VCVTDQ2PS Y1, Y1; \
+	VCVTDQ2PS Y2, Y2; \
+	VCVTDQ2PS Y3, Y3; \
+	VPUNPCKLDQ Y1, Y0, Y10; \
+	VPUNPCKHDQ Y1, Y0, Y11; \
+	VPUNPCKLDQ Y3, Y2, Y12; \
+	VPUNPCKHDQ Y3, Y2, Y13; \
+	VPUNPCKLQDQ Y12, Y10, Y0; \
+	VPUNPCKHQDQ Y12, Y10, Y1; \
+	VPUNPCKLQDQ Y13, Y11, Y2; \
+	VPUNPCKHQDQ Y13, Y11, Y3; \
+	VMOVUPS X0, A+128(SP); \
+	VMOVUPS X1, A+144(SP); \
+	VMOVUPS X2, B+128(SP); \
+	VMOVUPS X3, B+144(SP); \
+	VEXTRACTF128 $1, Y0, C+128(SP); \
+	VEXTRACTF128 $1, Y1, C+144(SP); \
+	VEXTRACTF128 $1, Y2, D+128(SP); \
+	VEXTRACTF128 $1, Y3, D+144(SP)
+
+// G6K_D stores d of the four rows as float32 at 64(SP), read as words so
+// that nothing past the 210-byte block is touched.
+#define G6K_D \
+	VPXOR X11, X11, X11; \
+	VPINSRW $0, 208(DX), X11, X11; \
+	VPINSRW $1, 208(DX)(R12*1), X11, X11; \
+	VPINSRW $2, 208(DX)(R14*1), X11, X11; \
+	VPINSRW $3, 208(DX)(R15*1), X11, X11; \
+	VCVTPH2PS X11, X11; \
+	VMOVUPS X11, 64(SP)
+
+// G6K_Q stores row R's quants (0..63) of one half (ql at QL, qh at QL's
+// 128+32h) for its four blocks to records A..D, at row offset RO: block k
+// of the half takes the low (k = 0, 1) or high (2, 3) nibbles of ql's
+// first (0, 2) or second (1, 3) 32 bytes, and bits 2k, 2k+1 of qh moved
+// to bits 4, 5 (as dotQ6KGo). Y15 holds 0x0f bytes, Y14 0x30.
+#define G6K_Q(QL, QH, R, RO, A, B, C, D) \
+	VMOVDQU QL(DX)(R*1), Y10; \
+	VMOVDQU QL+32(DX)(R*1), Y11; \
+	VMOVDQU QH(DX)(R*1), Y12; \
+	VPAND Y15, Y10, Y0; \
+	VPSLLW $4, Y12, Y1; \
+	VPAND Y14, Y1, Y1; \
+	VPOR Y1, Y0, Y0; \
+	VMOVDQU Y0, A+RO(SP); \
+	VPAND Y15, Y11, Y0; \
+	VPSLLW $2, Y12, Y1; \
+	VPAND Y14, Y1, Y1; \
+	VPOR Y1, Y0, Y0; \
+	VMOVDQU Y0, B+RO(SP); \
+	VPSRLW $4, Y10, Y0; \
+	VPAND Y15, Y0, Y0; \
+	VPAND Y14, Y12, Y1; \
+	VPOR Y1, Y0, Y0; \
+	VMOVDQU Y0, C+RO(SP); \
+	VPSRLW $4, Y11, Y0; \
+	VPAND Y15, Y0, Y0; \
+	VPSRLW $2, Y12, Y1; \
+	VPAND Y14, Y1, Y1; \
+	VPOR Y1, Y0, Y0; \
+	VMOVDQU Y0, D+RO(SP)
+
+#define G6K_HALF(QL, QH, A, B, C, D) \
+	G6K_Q(QL, QH, AX, 0, A, B, C, D); \
+	G6K_Q(QL, QH, R12, 32, A, B, C, D); \
+	G6K_Q(QL, QH, R14, 64, A, B, C, D); \
+	G6K_Q(QL, QH, R15, 96, A, B, C, D)
+
+// G6K_SX stores 32·Σx of the tokens' elements in groups XO..XO+3 (one
+// sub-block) at SLOT(SP); Y15 holds byte ones.
+#define G6K_SX(XO, SLOT) \
+	VPMADDUBSW XO(R8), Y15, Y9; \
+	VPMADDUBSW XO+32(R8), Y15, Y14; \
+	VPADDW Y14, Y9, Y9; \
+	VPMADDUBSW XO+64(R8), Y15, Y14; \
+	VPADDW Y14, Y9, Y9; \
+	VPMADDUBSW XO+96(R8), Y15, Y14; \
+	VPADDW Y14, Y9, Y9; \
+	VPMADDWD Y8, Y9, Y9; \
+	VPSLLD $5, Y9, Y9; \
+	VMOVDQU Y9, SLOT(SP)
+
+// G6K_S sets S to row R's dword sums of q·x over the four groups from XO
+// (quant bytes at WO in its record): two groups add in int16 (at most
+// 2·16128) before each VPMADDWD.
+#define G6K_S(R, XO, WO, S) \
+	VBROADCASTSS WO+32*R(R9), Y9; \
+	VPMADDUBSW XO(R8), Y9, Y9; \
+	VBROADCASTSS WO+4+32*R(R9), Y14; \
+	VPMADDUBSW XO+32(R8), Y14, Y14; \
+	VPADDW Y14, Y9, Y9; \
+	VPMADDWD Y8, Y9, S; \
+	VBROADCASTSS WO+8+32*R(R9), Y9; \
+	VPMADDUBSW XO+64(R8), Y9, Y9; \
+	VBROADCASTSS WO+12+32*R(R9), Y14; \
+	VPMADDUBSW XO+96(R8), Y14, Y14; \
+	VPADDW Y14, Y9, Y9; \
+	VPMADDWD Y8, Y9, Y9; \
+	VPADDD Y9, S, S
+
+// G6K_ROW adds row R's block into ACC: S0 and S1 its two sub-blocks'
+// sums of q·x, less 32·Σx gives Σ(q−32)·x; s0·S0 + s1·S1 is exact in
+// float, then acc = fma(d·dx, S, acc).
+#define G6K_ROW(S0, S1, ACC, R) \
+	VPSUBD 0(SP), S0, S0; \
+	VPSUBD 32(SP), S1, S1; \
+	VCVTDQ2PS S0, S0; \
+	VCVTDQ2PS S1, S1; \
+	VBROADCASTSS 128+4*R(R9), Y9; \
+	VMULPS Y9, S0, S0; \
+	VBROADCASTSS 144+4*R(R9), Y14; \
+	VFMADD231PS Y14, S1, S0; \
+	VBROADCASTSS 64+4*R(SP), Y9; \
+	VMULPS (R8), Y9, Y9; \
+	VFMADD231PS Y9, S0, ACC
+
+// func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+// is gemmQ4Kx8 for Q6_K weights.
+TEXT ·gemmQ6Kx8(SB), 0, $1376-64
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+40(FP), DI
+	VMOVDQU k4ones16<>(SB), Y8
+	TESTQ R13, R13
+	JLE g6kDone
+
+g6kGroup:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xi+24(FP), R8
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ SI, DX
+	MOVQ nb+32(FP), CX
+	SHRQ $3, CX
+	JZ g6kStore
+
+g6kSuper:
+	G6K_SC(192, 96, 256, 416, 576)
+	G6K_SC(200, 736, 896, 1056, 1216)
+	G6K_D
+	VMOVDQU k4nib<>(SB), Y15
+	VMOVDQU k4x30<>(SB), Y14
+	XORQ AX, AX
+	G6K_HALF(0, 128, 96, 256, 416, 576)
+	G6K_HALF(64, 160, 736, 896, 1056, 1216)
+	GK_PF14
+	ADDQ $840, BX
+	LEAQ 96(SP), R9
+	MOVQ $8, R10
+
+	PCALIGN $32
+g6kBlock:
+	VMOVDQU k4ones8<>(SB), Y15
+	G6K_SX(64, 0)
+	G6K_SX(192, 32)
+	G6K_S(0, 64, 0, Y0)
+	G6K_S(1, 64, 0, Y1)
+	G6K_S(2, 64, 0, Y2)
+	G6K_S(3, 64, 0, Y3)
+	G6K_S(0, 192, 16, Y10)
+	G6K_S(1, 192, 16, Y11)
+	G6K_S(2, 192, 16, Y12)
+	G6K_S(3, 192, 16, Y13)
+	G6K_ROW(Y0, Y10, Y4, 0)
+	G6K_ROW(Y1, Y11, Y5, 1)
+	G6K_ROW(Y2, Y12, Y6, 2)
+	G6K_ROW(Y3, Y13, Y7, 3)
+	ADDQ $160, R9
+	ADDQ $576, R8
+	DECQ R10
+	JNZ g6kBlock
+	ADDQ $210, DX
+	DECQ CX
+	JNZ g6kSuper
+
+g6kStore:
+	GK_STORE(g6kGroup, g6kDone, g6kRows, g6kRow, g6kTok)
+
+g6kDone:
+	VZEROUPPER
+	RET

@@ -1,0 +1,117 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// gemmKTypes are the K-quant types with an eight-token kernel.
+var gemmKTypes = []tensor.DType{tensor.Q4_K, tensor.Q6_K}
+
+// The eight-token K-quant kernels must give every (row, token) the bits
+// dotQ4KGo and dotQ6KGo give it: for 5 to 20 tokens (whole and partial
+// groups of eight, with the four-row kernels taking the rest), every row
+// count 1..9 (whole and partial fours), one, three and eight superblocks,
+// on the extreme blocks of kqWeights and kqActivations.
+func TestGemmKQuantMatchesGo(t *testing.T) {
+	needSIMD(t)
+	kqSweep(t, rand.New(rand.NewPCG(61, 62)), gemmKTypes, 5, 20)
+}
+
+// Several tiles of tileBytes, on the whole matrix and on a sub-range of
+// rows as a pool thread gets it, so that the kernel's row groups, partial
+// last four and prefetch run across tiles.
+func TestGemmKQuantTiles(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(63, 64))
+	for _, typ := range gemmKTypes {
+		for _, sh := range [][2]int{{301, 1024}, {467, 768}} {
+			w := kqWeights(rng, typ, sh[0], sh[1])
+			for _, n := range []int{5, 8, 13, 20} {
+				xq := kqActivations(rng, n, w.Cols/32)
+				kqCompare(t, w, xq, n)
+				got := make([]float32, n*w.Rows)
+				want := make([]float32, n*w.Rows)
+				matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
+				matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
+				if j := firstBitDiff(got, want); j >= 0 {
+					t.Fatalf("%s %dx%d rows [37, 290) n=%d: value %d is %g, Go gives %g", typ, w.Rows, w.Cols, n, j, got[j], want[j])
+				}
+			}
+		}
+	}
+}
+
+// Through the pool, as the model runs them: quantised matrices, one and
+// two threads, and a MatMuls whose products of several types share one
+// interleaving of the activations (gemmInterleave).
+func TestGemmKQuantPool(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(65, 66))
+	types := append([]tensor.DType{tensor.Q8_0, tensor.Q4_0}, gemmKTypes...)
+	ws := make([]*Matrix, len(types))
+	for k, typ := range types {
+		ws[k], _ = randMatrix(t, rng, typ, 37+k*29, 768)
+	}
+	for _, n := range []int{5, 9, 16, 19} {
+		x := randFloats(rng, n*768)
+		for _, th := range []int{1, 2} {
+			for k, w := range ws {
+				var want []float32
+				withPath(false, func() { want = matMulNew(th, w, x, n) })
+				if j := firstBitDiff(matMulNew(th, w, x, n), want); j >= 0 {
+					t.Fatalf("%s n=%d threads=%d: value %d differs from the Go path", types[k], n, th, j)
+				}
+			}
+			ps := make([]Product, 0, maxProducts)
+			for _, w := range ws[max(0, len(ws)-maxProducts):] {
+				ps = append(ps, Product{W: w, Out: make([]float32, n*w.Rows)})
+			}
+			p := NewPool(th)
+			p.MatMuls(x, n, ps)
+			p.Close()
+			for _, pr := range ps {
+				var want []float32
+				withPath(false, func() { want = matMulNew(1, pr.W, x, n) })
+				if j := firstBitDiff(pr.Out, want); j >= 0 {
+					t.Fatalf("MatMuls %s n=%d threads=%d: value %d differs from the Go path", pr.W.Type, n, th, j)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkGemmKQuant compares the eight-token K-quant kernels with the
+// four-row kernels in one run (the machine's load varies between runs).
+func BenchmarkGemmKQuant(b *testing.B) {
+	for _, typ := range gemmKTypes {
+		for _, sh := range [][3]int{{2048, 768, 64}, {768, 2048, 64}} {
+			w := benchMatrix(b, typ, sh[0], sh[1])
+			n := sh[2]
+			x := randFloats(rand.New(rand.NewPCG(2, 3)), n*sh[1])
+			out := make([]float32, n*sh[0])
+			for _, th := range []int{1, 2} {
+				for _, gemm := range []bool{false, true} {
+					name := map[bool]string{false: "old", true: "new"}[gemm]
+					b.Run(fmt.Sprintf("%s/%dx%d/n=%d/threads=%d/%s", typ, sh[0], sh[1], n, th, name), func(b *testing.B) {
+						defer func() { useGemm = true }()
+						useGemm = gemm
+						p := NewPool(th)
+						defer p.Close()
+						p.MatMul(out, w, x, n)
+						for b.Loop() {
+							p.MatMul(out, w, x, n)
+						}
+						flops := 2 * float64(sh[0]) * float64(sh[1]) * float64(n) * float64(b.N)
+						b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					})
+				}
+			}
+		}
+	}
+}
