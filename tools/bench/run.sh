@@ -15,12 +15,12 @@ go build -o "$bh" ./cmd/bulkhead
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Models: random weights at the 110M shape (dim 768, hidden 2048, 12 layers, 12 heads).
-for t in f32 q8_0; do
+for t in f32 q8_0 q4_k; do
   [ -f "$out/r110m-$t.gguf" ] || "$bh" convert --random 110M --type "$t" --out "$out/r110m-$t.gguf"
 done
 
 echo "== bench model: Bulkhead vs llama.cpp, same file, same threads"
-for t in q8_0 f32; do
+for t in q8_0 f32 q4_k; do
   for th in 1 2; do
     "$bh" bench model --model "$out/r110m-$t.gguf" --threads "$th" --reps 3 --peer --json | tail -1 | tee -a "$out/model.jsonl"
   done
