@@ -31,3 +31,46 @@
 	ADDQ rowBytes+8(FP), AX; \
 	CMPQ R13, $4; \
 	CMOVQGE AX, R15
+
+// PARTIAL1, PARTIAL2 and PARTIAL4 store the results of a partial last
+// group of R13 < 4 rows, for one token (X4, at DI), two (X4 and X5, at DI
+// and DI+AX) or four (X4..X7, at DI, DI+AX, CX and CX+AX), and jump to
+// DONE once R13 rows are stored.
+#define PARTIAL1(DONE) \
+	VMOVSS X4, (DI); \
+	CMPQ R13, $2; \
+	JLT DONE; \
+	VEXTRACTPS $1, X4, 4(DI); \
+	CMPQ R13, $3; \
+	JLT DONE; \
+	VEXTRACTPS $2, X4, 8(DI)
+
+#define PARTIAL2(DONE) \
+	VMOVSS X4, (DI); \
+	VMOVSS X5, (DI)(AX*1); \
+	CMPQ R13, $2; \
+	JLT DONE; \
+	VEXTRACTPS $1, X4, 4(DI); \
+	VEXTRACTPS $1, X5, 4(DI)(AX*1); \
+	CMPQ R13, $3; \
+	JLT DONE; \
+	VEXTRACTPS $2, X4, 8(DI); \
+	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+
+#define PARTIAL4(DONE) \
+	VMOVSS X4, (DI); \
+	VMOVSS X5, (DI)(AX*1); \
+	VMOVSS X6, (CX); \
+	VMOVSS X7, (CX)(AX*1); \
+	CMPQ R13, $2; \
+	JLT DONE; \
+	VEXTRACTPS $1, X4, 4(DI); \
+	VEXTRACTPS $1, X5, 4(DI)(AX*1); \
+	VEXTRACTPS $1, X6, 4(CX); \
+	VEXTRACTPS $1, X7, 4(CX)(AX*1); \
+	CMPQ R13, $3; \
+	JLT DONE; \
+	VEXTRACTPS $2, X4, 8(DI); \
+	VEXTRACTPS $2, X5, 8(DI)(AX*1); \
+	VEXTRACTPS $2, X6, 8(CX); \
+	VEXTRACTPS $2, X7, 8(CX)(AX*1)

@@ -186,13 +186,7 @@ matQ4Kx1reduce:
 	JMP matQ4Kx1done
 
 matQ4Kx1partial:
-	VMOVSS X4, (DI)
-	CMPQ R13, $2
-	JLT matQ4Kx1done
-	VEXTRACTPS $1, X4, 4(DI)
-	CMPQ R13, $3
-	JLT matQ4Kx1done
-	VEXTRACTPS $2, X4, 8(DI)
+	PARTIAL1(matQ4Kx1done)
 
 matQ4Kx1done:
 	VZEROUPPER
@@ -262,16 +256,7 @@ matQ4Kx2reduce:
 	JMP matQ4Kx2done
 
 matQ4Kx2partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	CMPQ R13, $2
-	JLT matQ4Kx2done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	CMPQ R13, $3
-	JLT matQ4Kx2done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+	PARTIAL2(matQ4Kx2done)
 
 matQ4Kx2done:
 	VZEROUPPER
@@ -350,22 +335,7 @@ matQ4Kx4reduce:
 	JMP matQ4Kx4done
 
 matQ4Kx4partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	VMOVSS X6, (CX)
-	VMOVSS X7, (CX)(AX*1)
-	CMPQ R13, $2
-	JLT matQ4Kx4done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	VEXTRACTPS $1, X6, 4(CX)
-	VEXTRACTPS $1, X7, 4(CX)(AX*1)
-	CMPQ R13, $3
-	JLT matQ4Kx4done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
-	VEXTRACTPS $2, X6, 8(CX)
-	VEXTRACTPS $2, X7, 8(CX)(AX*1)
+	PARTIAL4(matQ4Kx4done)
 
 matQ4Kx4done:
 	VZEROUPPER

@@ -211,13 +211,7 @@ matQ6Kx1reduce:
 	JMP matQ6Kx1done
 
 matQ6Kx1partial:
-	VMOVSS X4, (DI)
-	CMPQ R13, $2
-	JLT matQ6Kx1done
-	VEXTRACTPS $1, X4, 4(DI)
-	CMPQ R13, $3
-	JLT matQ6Kx1done
-	VEXTRACTPS $2, X4, 8(DI)
+	PARTIAL1(matQ6Kx1done)
 
 matQ6Kx1done:
 	VZEROUPPER
@@ -287,16 +281,7 @@ matQ6Kx2reduce:
 	JMP matQ6Kx2done
 
 matQ6Kx2partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	CMPQ R13, $2
-	JLT matQ6Kx2done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	CMPQ R13, $3
-	JLT matQ6Kx2done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+	PARTIAL2(matQ6Kx2done)
 
 matQ6Kx2done:
 	VZEROUPPER
@@ -375,22 +360,7 @@ matQ6Kx4reduce:
 	JMP matQ6Kx4done
 
 matQ6Kx4partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	VMOVSS X6, (CX)
-	VMOVSS X7, (CX)(AX*1)
-	CMPQ R13, $2
-	JLT matQ6Kx4done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	VEXTRACTPS $1, X6, 4(CX)
-	VEXTRACTPS $1, X7, 4(CX)(AX*1)
-	CMPQ R13, $3
-	JLT matQ6Kx4done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
-	VEXTRACTPS $2, X6, 8(CX)
-	VEXTRACTPS $2, X7, 8(CX)(AX*1)
+	PARTIAL4(matQ6Kx4done)
 
 matQ6Kx4done:
 	VZEROUPPER

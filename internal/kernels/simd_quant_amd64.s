@@ -192,13 +192,7 @@ matQ8x1reduce:
 	JMP matQ8x1done
 
 matQ8x1partial:
-	VMOVSS X4, (DI)
-	CMPQ R13, $2
-	JLT matQ8x1done
-	VEXTRACTPS $1, X4, 4(DI)
-	CMPQ R13, $3
-	JLT matQ8x1done
-	VEXTRACTPS $2, X4, 8(DI)
+	PARTIAL1(matQ8x1done)
 
 matQ8x1done:
 	VZEROUPPER
@@ -268,22 +262,7 @@ matQ8x4reduce:
 	JMP matQ8x4done
 
 matQ8x4partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	VMOVSS X6, (CX)
-	VMOVSS X7, (CX)(AX*1)
-	CMPQ R13, $2
-	JLT matQ8x4done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	VEXTRACTPS $1, X6, 4(CX)
-	VEXTRACTPS $1, X7, 4(CX)(AX*1)
-	CMPQ R13, $3
-	JLT matQ8x4done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
-	VEXTRACTPS $2, X6, 8(CX)
-	VEXTRACTPS $2, X7, 8(CX)(AX*1)
+	PARTIAL4(matQ8x4done)
 
 matQ8x4done:
 	VZEROUPPER
@@ -334,13 +313,7 @@ matQ4x1reduce:
 	JMP matQ4x1done
 
 matQ4x1partial:
-	VMOVSS X4, (DI)
-	CMPQ R13, $2
-	JLT matQ4x1done
-	VEXTRACTPS $1, X4, 4(DI)
-	CMPQ R13, $3
-	JLT matQ4x1done
-	VEXTRACTPS $2, X4, 8(DI)
+	PARTIAL1(matQ4x1done)
 
 matQ4x1done:
 	VZEROUPPER
@@ -409,22 +382,7 @@ matQ4x4reduce:
 	JMP matQ4x4done
 
 matQ4x4partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	VMOVSS X6, (CX)
-	VMOVSS X7, (CX)(AX*1)
-	CMPQ R13, $2
-	JLT matQ4x4done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	VEXTRACTPS $1, X6, 4(CX)
-	VEXTRACTPS $1, X7, 4(CX)(AX*1)
-	CMPQ R13, $3
-	JLT matQ4x4done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
-	VEXTRACTPS $2, X6, 8(CX)
-	VEXTRACTPS $2, X7, 8(CX)(AX*1)
+	PARTIAL4(matQ4x4done)
 
 matQ4x4done:
 	VZEROUPPER
@@ -483,16 +441,7 @@ matQ8x2reduce:
 	JMP matQ8x2done
 
 matQ8x2partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	CMPQ R13, $2
-	JLT matQ8x2done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	CMPQ R13, $3
-	JLT matQ8x2done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+	PARTIAL2(matQ8x2done)
 
 matQ8x2done:
 	VZEROUPPER
@@ -550,16 +499,7 @@ matQ4x2reduce:
 	JMP matQ4x2done
 
 matQ4x2partial:
-	VMOVSS X4, (DI)
-	VMOVSS X5, (DI)(AX*1)
-	CMPQ R13, $2
-	JLT matQ4x2done
-	VEXTRACTPS $1, X4, 4(DI)
-	VEXTRACTPS $1, X5, 4(DI)(AX*1)
-	CMPQ R13, $3
-	JLT matQ4x2done
-	VEXTRACTPS $2, X4, 8(DI)
-	VEXTRACTPS $2, X5, 8(DI)(AX*1)
+	PARTIAL2(matQ4x2done)
 
 matQ4x2done:
 	VZEROUPPER
