@@ -43,7 +43,7 @@ func tensorTypes(t *testing.T, path string) (map[string]tensor.Tensor, uint64) {
 	return out, ft
 }
 
-// `convert --random 2M --type q4_k|q6_k` writes every matrix as the
+// `convert --random 2M --type q4_k|q5_k|q6_k` writes every matrix as the
 // K-quant, norms as F32, the ggml file type llama.cpp uses for it, and a
 // file `generate` loads and runs.
 func TestConvertKQuantRandom(t *testing.T) {
@@ -51,7 +51,7 @@ func TestConvertKQuantRandom(t *testing.T) {
 		typ      string
 		dt       tensor.DType
 		fileType uint64
-	}{{"q4_k", tensor.Q4_K, 14}, {"q6_k", tensor.Q6_K, 18}} {
+	}{{"q4_k", tensor.Q4_K, 14}, {"q5_k", tensor.Q5_K, 16}, {"q6_k", tensor.Q6_K, 18}} {
 		path := convertRandomK(t, tc.typ)
 		types, ft := tensorTypes(t, path)
 		if ft != tc.fileType {
@@ -79,28 +79,35 @@ func TestConvertKQuantRandom(t *testing.T) {
 	}
 }
 
-// `convert --type q4_k_m` mixes types as llama.cpp's Q4_K_M does: Q6_K
-// for the output matrix (here the token embeddings, since the random
-// shapes tie the output to them) and for the value and down projections of
-// the layers that get more bits (of the 2M shape's two layers, the last),
-// Q4_K for every other matrix, and file type 15.
-func TestConvertQ4KM(t *testing.T) {
-	path := convertRandomK(t, "q4_k_m")
-	types, ft := tensorTypes(t, path)
-	if ft != 15 {
-		t.Errorf("general.file_type %d, want 15 (MOSTLY_Q4_K_M)", ft)
-	}
-	want := map[string]tensor.DType{"token_embd.weight": tensor.Q6_K,
-		"blk.0.attn_v.weight": tensor.Q4_K, "blk.0.ffn_down.weight": tensor.Q4_K, "blk.0.attn_q.weight": tensor.Q4_K,
-		"blk.1.attn_v.weight": tensor.Q6_K, "blk.1.ffn_down.weight": tensor.Q6_K, "blk.1.ffn_up.weight": tensor.Q4_K}
-	for name, dt := range want {
-		if tt, ok := types[name]; !ok || tt.Type != dt {
-			t.Errorf("tensor %s is %v, want %s", name, tt.Type, dt)
+// `convert --type q4_k_m` and `q5_k_m` mix types as llama.cpp's Q4_K_M
+// and Q5_K_M do: Q6_K for the output matrix (here the token embeddings,
+// since the random shapes tie the output to them) and for the value and
+// down projections of the layers that get more bits (of the 2M shape's two
+// layers, the last), Q4_K or Q5_K for every other matrix, and file types
+// 15 and 17.
+func TestConvertKMMixes(t *testing.T) {
+	for _, tc := range []struct {
+		typ      string
+		base     tensor.DType
+		fileType uint64
+	}{{"q4_k_m", tensor.Q4_K, 15}, {"q5_k_m", tensor.Q5_K, 17}} {
+		path := convertRandomK(t, tc.typ)
+		types, ft := tensorTypes(t, path)
+		if ft != tc.fileType {
+			t.Errorf("%s: general.file_type %d, want %d", tc.typ, ft, tc.fileType)
 		}
-	}
-	out, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0")
-	if code != 0 || out == "" {
-		t.Fatalf("generate exit %d, output %q: %s", code, out, errOut)
+		want := map[string]tensor.DType{"token_embd.weight": tensor.Q6_K,
+			"blk.0.attn_v.weight": tc.base, "blk.0.ffn_down.weight": tc.base, "blk.0.attn_q.weight": tc.base,
+			"blk.1.attn_v.weight": tensor.Q6_K, "blk.1.ffn_down.weight": tensor.Q6_K, "blk.1.ffn_up.weight": tc.base}
+		for name, dt := range want {
+			if tt, ok := types[name]; !ok || tt.Type != dt {
+				t.Errorf("%s: tensor %s is %v, want %s", tc.typ, name, tt.Type, dt)
+			}
+		}
+		out, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0")
+		if code != 0 || out == "" {
+			t.Fatalf("%s: generate exit %d, output %q: %s", tc.typ, code, out, errOut)
+		}
 	}
 }
 
@@ -108,7 +115,7 @@ func TestConvertQ4KM(t *testing.T) {
 // conversion writes the 64-wide matrices as Q8_0 and the 172-wide ones
 // (not even whole 32-element blocks) as F16, and the file still runs.
 func TestConvertKQuantFallback(t *testing.T) {
-	for _, typ := range []string{"q4_k", "q6_k"} {
+	for _, typ := range []string{"q4_k", "q5_k", "q6_k"} {
 		path := convertEmbedded(t, typ)
 		types, _ := tensorTypes(t, path)
 		for name, tt := range types {
@@ -138,8 +145,8 @@ var kquantPrompts = []string{
 	"Mom said no", "A cat sat on the mat", "They found a box", "Ben likes to run",
 }
 
-// TestLlamaCppAgreesOnKQuants is the proof that Bulkhead reads Q4_K and
-// Q6_K blocks as ggml does: llama.cpp loads the files Bulkhead writes, and
+// TestLlamaCppAgreesOnKQuants is the proof that Bulkhead reads Q4_K, Q5_K
+// and Q6_K blocks as ggml does: llama.cpp loads the files Bulkhead writes, and
 // the two engines' greedy continuations of the same file agree.
 //
 // They cannot agree everywhere: llama.cpp multiplies K-quant rows by
@@ -147,18 +154,19 @@ var kquantPrompts = []string{
 // ones, and a random model (no trained margins between its top tokens)
 // turns that small difference into a different token now and then, after
 // which the texts part. Measured on this file: Q4_K 6 of 10 completions
-// identical and 8 of 10 sharing their first 4 bytes, Q6_K 8 and 10, the
-// Q4_K_M mix 7 and 9 (Q8_0
-// and Q4_0, where llama.cpp quantises activations in 32-element blocks as
+// identical and 8 of 10 sharing their first 4 bytes, Q5_K 7 and 10, Q6_K
+// 8 and 10, the Q4_K_M mix 7 and 9, the Q5_K_M mix 4 and 7 (Q8_0 and
+// Q4_0, where llama.cpp quantises activations in 32-element blocks as
 // Bulkhead does, reach 9 of 10). A misread layout (the nibbles of a Q4_K
-// byte swapped, or the two scales of a Q6_K activation block) gives 0 and
-// 0: a different model parts at the first token. The floors sit between.
+// byte swapped, the two scales of a Q6_K activation block, or the two
+// fifth bits of a Q5_K chunk) gives 0 and 0 to 1: a different model parts
+// at the first token. The floors sit between.
 func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 	requirePeer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const maxTokens = 8
-	for _, typ := range []string{"q4_k", "q6_k", "q4_k_m"} {
+	for _, typ := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"} {
 		path := convertRandomK(t, typ)
 		same, prefix := 0, 0
 		for _, prompt := range kquantPrompts {
@@ -182,11 +190,15 @@ func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 		}
 		t.Logf("%s: %d of %d %d-token greedy completions identical in Bulkhead and llama.cpp, %d share their first 4 bytes",
 			typ, same, len(kquantPrompts), maxTokens, prefix)
-		if floor := map[string]int{"q4_k": 4, "q6_k": 6, "q4_k_m": 4}[typ]; same < floor {
+		if floor := map[string]int{"q4_k": 4, "q5_k": 5, "q6_k": 6, "q4_k_m": 4, "q5_k_m": 3}[typ]; same < floor {
 			t.Errorf("%s: only %d of %d completions agree with llama.cpp, want at least %d", typ, same, len(kquantPrompts), floor)
 		}
-		if prefix < 7 {
-			t.Errorf("%s: only %d of %d completions share their first 4 bytes with llama.cpp's, want at least 7", typ, prefix, len(kquantPrompts))
+		floor := 7
+		if typ == "q5_k_m" {
+			floor = 6 // measured 7
+		}
+		if prefix < floor {
+			t.Errorf("%s: only %d of %d completions share their first 4 bytes with llama.cpp's, want at least %d", typ, prefix, len(kquantPrompts), floor)
 		}
 	}
 }

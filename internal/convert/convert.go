@@ -18,16 +18,17 @@ import (
 )
 
 // ggml "file type" ids for general.file_type: what most tensors hold. An
-// all-Q4_K file is llama.cpp's MOSTLY_Q4_K_S (14); MOSTLY_Q4_K_M (15) would
+// all-Q4_K file is llama.cpp's MOSTLY_Q4_K_S (14) and an all-Q5_K one its
+// MOSTLY_Q5_K_S (16); MOSTLY_Q4_K_M (15) and MOSTLY_Q5_K_M (17) would
 // promise some Q6_K tensors, which WriteGGUF does not write.
 var fileType = map[tensor.DType]uint32{
 	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q8_0: 7, tensor.BF16: 32,
-	tensor.Q4_K: 14, tensor.Q6_K: 18,
+	tensor.Q4_K: 14, tensor.Q5_K: 16, tensor.Q6_K: 18,
 }
 
 // Types lists the tensor types the converter writes.
 func Types() []tensor.DType {
-	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q6_K}
+	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
 }
 
 // Model is what the converter writes: an architecture, its tokenizer, and
@@ -46,20 +47,25 @@ type Model struct {
 // a 32-element block type, say) is written as F16 instead, which is what
 // llama.cpp's own quantizer does for such tensors.
 //
-// The K-quants (Q4_K, Q6_K) need rows of a multiple of 256. A matrix whose
+// The K-quants (Q4_K, Q5_K, Q6_K) need rows of a multiple of 256. A matrix whose
 // rows are not is written as Q8_0 if they are a multiple of 32 (else F16).
 // llama.cpp's quantizer falls back too, to Q8_0 for Q6_K but to Q5_0 for
-// Q4_K; Bulkhead cannot compute with Q5_0, so both take Q8_0 here.
+// Q4_K and Q5_1 for Q5_K; Bulkhead cannot compute with those, so all take
+// Q8_0 here.
 func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	ft, ok := fileType[t]
 	if !ok {
-		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", t)
+		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", t)
 	}
 	return write(w, m, ft, func(string) tensor.DType { return t })
 }
 
-// Q4KMFileType is llama.cpp's general.file_type for MOSTLY_Q4_K_M.
-const Q4KMFileType = 15
+// Q4KMFileType and Q5KMFileType are llama.cpp's general.file_type for
+// MOSTLY_Q4_K_M and MOSTLY_Q5_K_M.
+const (
+	Q4KMFileType = 15
+	Q5KMFileType = 17
+)
 
 // WriteGGUFQ4KM encodes m the way llama.cpp's Q4_K_M quantisation mixes
 // types, the mix most published GGUF files use: Q6_K for the output
@@ -69,6 +75,19 @@ const Q4KMFileType = 15
 // Q4_K for every other matrix. The same fallbacks as WriteGGUF apply to
 // rows that are not a multiple of 256.
 func WriteGGUFQ4KM(w io.Writer, m *Model) error {
+	return writeKMix(w, m, Q4KMFileType, tensor.Q4_K)
+}
+
+// WriteGGUFQ5KM encodes m as llama.cpp's Q5_K_M does: the same tensors as
+// WriteGGUFQ4KM's get Q6_K (llama.cpp decides both mixes by one rule), and
+// every other matrix Q5_K.
+func WriteGGUFQ5KM(w io.Writer, m *Model) error {
+	return writeKMix(w, m, Q5KMFileType, tensor.Q5_K)
+}
+
+// writeKMix writes the _M mix of llama.cpp's K-quant schemes: Q6_K where
+// WriteGGUFQ4KM's comment says, base everywhere else.
+func writeKMix(w io.Writer, m *Model, ft uint32, base tensor.DType) error {
 	n := m.Config.Layers
 	moreBits := func(i int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 }
 	output := "token_embd.weight"
@@ -77,7 +96,7 @@ func WriteGGUFQ4KM(w io.Writer, m *Model) error {
 			output = t.Name
 		}
 	}
-	return write(w, m, Q4KMFileType, func(name string) tensor.DType {
+	return write(w, m, ft, func(name string) tensor.DType {
 		var layer int
 		var kind string
 		if name == output {
@@ -87,7 +106,7 @@ func WriteGGUFQ4KM(w io.Writer, m *Model) error {
 			(kind == "attn_v.weight" || kind == "ffn_down.weight") && moreBits(layer) {
 			return tensor.Q6_K
 		}
-		return tensor.Q4_K
+		return base
 	})
 }
 
@@ -124,7 +143,7 @@ func fallbackType(t tensor.DType, shape []int) tensor.DType {
 		return tensor.F32
 	case shape[0]%t.BlockSize() == 0:
 		return t
-	case (t == tensor.Q4_K || t == tensor.Q6_K) && shape[0]%tensor.Q8_0.BlockSize() == 0:
+	case (t == tensor.Q4_K || t == tensor.Q5_K || t == tensor.Q6_K) && shape[0]%tensor.Q8_0.BlockSize() == 0:
 		return tensor.Q8_0
 	default:
 		return tensor.F16

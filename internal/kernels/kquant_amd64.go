@@ -4,11 +4,12 @@ package kernels
 
 import "unsafe"
 
-// Assembly kernels for Q4_K and Q6_K rows (simd_kquant_amd64.s), with the
+// Assembly kernels for Q4_K, Q5_K and Q6_K rows (simd_q4k_amd64.s,
+// simd_q5k_amd64.s, simd_q6k_amd64.s), with the
 // signatures of the Q8_0 ones: rows in fours, nb the number of 32-element
 // activation blocks (a multiple of 8, one 256-element superblock per 8),
 // the x2 and x4 forms doing two or four tokens per pass over the weights.
-// They give dotQ4KGo's and dotQ6KGo's bits.
+// They give dotQ4KGo's, dotQ5KGo's and dotQ6KGo's bits.
 
 //go:noescape
 func matQ4Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
@@ -18,6 +19,15 @@ func matQ4Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, 
 
 //go:noescape
 func matQ4Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ5Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+
+//go:noescape
+func matQ5Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ5Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 
 //go:noescape
 func matQ6Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)

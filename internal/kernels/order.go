@@ -27,7 +27,8 @@ import "math"
 // multiply. For Q6_K, activation block j covers sub-blocks 2j and 2j+1
 // with int8 scales s0 and s1; with S = s0·Σ(q−32)·x over the first 16
 // elements + s1·Σ(q−32)·x over the last 16 (exact, |S| < 2^24) it does
-// acc = fma(d·dx, S, acc), as Q8_0 does. kquant.go states this in Go;
+// acc = fma(d·dx, S, acc), as Q8_0 does. Q5_K is exactly Q4_K's arithmetic,
+// its quants 0..31 instead of 0..15 (|A| < 2^23; q5k.go). kquant.go states this in Go;
 // simd_kquant_amd64.s reproduces it four rows to a register, as the Q8_0
 // kernels do (Q4_K's second term as VFNMADD231PS, the same operation).
 //

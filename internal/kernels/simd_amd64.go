@@ -123,6 +123,8 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
 	case tensor.Q4_K:
 		q1, q2, q4 = matQ4Kx1, matQ4Kx2, matQ4Kx4
+	case tensor.Q5_K:
+		q1, q2, q4 = matQ5Kx1, matQ5Kx2, matQ5Kx4
 	case tensor.Q6_K:
 		q1, q2, q4 = matQ6Kx1, matQ6Kx2, matQ6Kx4
 	default:

@@ -159,3 +159,88 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	VPSHUFB k4tr4<>(SB), Y12, Y12; \
 	VMOVDQU Y11, 0(SP); \
 	VMOVDQU Y12, 32(SP)
+
+// ---- Q4_K and Q5_K, once a block's quants are in Y0-Y3 ----
+
+// KM_A leaves in X11 the four rows' A = sc·Σq·x (as float32) of the
+// activation block at XO(Rt) against the quants in Y0-Y3, SO locating sc.
+#define KM_A(Rt, XO, SO) \
+	VPMADDUBSW XO+4(Rt), Y0, Y11; \
+	VPMADDUBSW XO+4(Rt), Y1, Y12; \
+	VPMADDUBSW XO+4(Rt), Y2, Y13; \
+	VPMADDUBSW XO+4(Rt), Y3, Y14; \
+	VPMADDWD Y8, Y11, Y11; \
+	VPMADDWD Y8, Y12, Y12; \
+	VPMADDWD Y8, Y13, Y13; \
+	VPMADDWD Y8, Y14, Y14; \
+	KSUM4; \
+	VEXTRACTI128 $1, Y11, X12; \
+	VPADDD X12, X11, X11; \
+	VPMOVZXBD SO(SP), X12; \
+	VPMULLD X12, X11, X11; \
+	VCVTDQ2PS X11, X11
+
+// KM_TOKLO adds the even activation block 2c of chunk c (at XO(Rt),
+// sub-block scales at SO) into ACC, and leaves the odd block's B in the
+// frame at SLOT for KM_TOKHI. Both blocks' Σx are reduced together: their
+// dword sums, lane-swapped into [halves of block 2c | halves of 2c+1],
+// add and fold to each block's sum in its four lanes, then one multiply by
+// [m2c of rows 0..3 | m2c+1 of rows 0..3] gives both blocks' B.
+#define KM_TOKLO(Rt, XO, SO, ACC, SLOT) \
+	KM_A(Rt, XO, SO); \
+	VPMADDUBSW XO+4(Rt), Y10, Y12; \
+	VPMADDUBSW XO+40(Rt), Y10, Y13; \
+	VPMADDWD Y8, Y12, Y12; \
+	VPMADDWD Y8, Y13, Y13; \
+	VPERM2I128 $0x20, Y13, Y12, Y14; \
+	VPERM2I128 $0x31, Y13, Y12, Y12; \
+	VPADDD Y12, Y14, Y14; \
+	VPSHUFD $0x4e, Y14, Y12; \
+	VPADDD Y12, Y14, Y14; \
+	VPSHUFD $0xb1, Y14, Y12; \
+	VPADDD Y12, Y14, Y14; \
+	VPMOVZXBD SO+32(SP), Y12; \
+	VPMULLD Y12, Y14, Y14; \
+	VCVTDQ2PS Y14, Y14; \
+	VEXTRACTF128 $1, Y14, SLOT(SP); \
+	VBROADCASTSS XO(Rt), X12; \
+	VMULPS 64(SP), X12, X13; \
+	VMULPS 80(SP), X12, X12; \
+	VFMADD231PS X13, X11, ACC; \
+	VFNMADD231PS X12, X14, ACC
+
+// KM_TOKHI adds the odd block 2c+1 (at XO(Rt), scales at SO) into ACC,
+// its B read back from SLOT.
+#define KM_TOKHI(Rt, XO, SO, ACC, SLOT) \
+	KM_A(Rt, XO, SO); \
+	VBROADCASTSS XO(Rt), X12; \
+	VMULPS 64(SP), X12, X13; \
+	VMULPS 80(SP), X12, X12; \
+	VFMADD231PS X13, X11, ACC; \
+	VFNMADD231PS SLOT(SP), X12, ACC
+
+#define KM_LO1(XO, SO) \
+	KM_TOKLO(R8, XO, SO, X4, 96)
+
+#define KM_HI1(XO, SO) \
+	KM_TOKHI(R8, XO, SO, X4, 96)
+
+#define KM_LO2(XO, SO) \
+	KM_TOKLO(R8, XO, SO, X4, 96); \
+	KM_TOKLO(R9, XO, SO, X5, 112)
+
+#define KM_HI2(XO, SO) \
+	KM_TOKHI(R8, XO, SO, X4, 96); \
+	KM_TOKHI(R9, XO, SO, X5, 112)
+
+#define KM_LO4(XO, SO) \
+	KM_TOKLO(R8, XO, SO, X4, 96); \
+	KM_TOKLO(R9, XO, SO, X5, 112); \
+	KM_TOKLO(R10, XO, SO, X6, 128); \
+	KM_TOKLO(R11, XO, SO, X7, 144)
+
+#define KM_HI4(XO, SO) \
+	KM_TOKHI(R8, XO, SO, X4, 96); \
+	KM_TOKHI(R9, XO, SO, X5, 112); \
+	KM_TOKHI(R10, XO, SO, X6, 128); \
+	KM_TOKHI(R11, XO, SO, X7, 144)

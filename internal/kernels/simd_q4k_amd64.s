@@ -31,89 +31,6 @@
 	VPAND Y9, Y2, Y2; \
 	VPAND Y9, Y3, Y3
 
-// Q4K_A leaves in X11 the four rows' A = sc·Σq·x (as float32) of the
-// activation block at XO(Rt) against the quants in Y0-Y3, SO locating sc.
-#define Q4K_A(Rt, XO, SO) \
-	VPMADDUBSW XO+4(Rt), Y0, Y11; \
-	VPMADDUBSW XO+4(Rt), Y1, Y12; \
-	VPMADDUBSW XO+4(Rt), Y2, Y13; \
-	VPMADDUBSW XO+4(Rt), Y3, Y14; \
-	VPMADDWD Y8, Y11, Y11; \
-	VPMADDWD Y8, Y12, Y12; \
-	VPMADDWD Y8, Y13, Y13; \
-	VPMADDWD Y8, Y14, Y14; \
-	KSUM4; \
-	VEXTRACTI128 $1, Y11, X12; \
-	VPADDD X12, X11, X11; \
-	VPMOVZXBD SO(SP), X12; \
-	VPMULLD X12, X11, X11; \
-	VCVTDQ2PS X11, X11
-
-// Q4K_TOKLO adds the even activation block 2c of chunk c (at XO(Rt),
-// sub-block scales at SO) into ACC, and leaves the odd block's B in the
-// frame at SLOT for Q4K_TOKHI. Both blocks' Σx are reduced together: their
-// dword sums, lane-swapped into [halves of block 2c | halves of 2c+1],
-// add and fold to each block's sum in its four lanes, then one multiply by
-// [m2c of rows 0..3 | m2c+1 of rows 0..3] gives both blocks' B.
-#define Q4K_TOKLO(Rt, XO, SO, ACC, SLOT) \
-	Q4K_A(Rt, XO, SO); \
-	VPMADDUBSW XO+4(Rt), Y10, Y12; \
-	VPMADDUBSW XO+40(Rt), Y10, Y13; \
-	VPMADDWD Y8, Y12, Y12; \
-	VPMADDWD Y8, Y13, Y13; \
-	VPERM2I128 $0x20, Y13, Y12, Y14; \
-	VPERM2I128 $0x31, Y13, Y12, Y12; \
-	VPADDD Y12, Y14, Y14; \
-	VPSHUFD $0x4e, Y14, Y12; \
-	VPADDD Y12, Y14, Y14; \
-	VPSHUFD $0xb1, Y14, Y12; \
-	VPADDD Y12, Y14, Y14; \
-	VPMOVZXBD SO+32(SP), Y12; \
-	VPMULLD Y12, Y14, Y14; \
-	VCVTDQ2PS Y14, Y14; \
-	VEXTRACTF128 $1, Y14, SLOT(SP); \
-	VBROADCASTSS XO(Rt), X12; \
-	VMULPS 64(SP), X12, X13; \
-	VMULPS 80(SP), X12, X12; \
-	VFMADD231PS X13, X11, ACC; \
-	VFNMADD231PS X12, X14, ACC
-
-// Q4K_TOKHI adds the odd block 2c+1 (at XO(Rt), scales at SO) into ACC,
-// its B read back from SLOT.
-#define Q4K_TOKHI(Rt, XO, SO, ACC, SLOT) \
-	Q4K_A(Rt, XO, SO); \
-	VBROADCASTSS XO(Rt), X12; \
-	VMULPS 64(SP), X12, X13; \
-	VMULPS 80(SP), X12, X12; \
-	VFMADD231PS X13, X11, ACC; \
-	VFNMADD231PS SLOT(SP), X12, ACC
-
-#define Q4K_LO1(XO, SO) \
-	Q4K_TOKLO(R8, XO, SO, X4, 96)
-
-#define Q4K_HI1(XO, SO) \
-	Q4K_TOKHI(R8, XO, SO, X4, 96)
-
-#define Q4K_LO2(XO, SO) \
-	Q4K_TOKLO(R8, XO, SO, X4, 96); \
-	Q4K_TOKLO(R9, XO, SO, X5, 112)
-
-#define Q4K_HI2(XO, SO) \
-	Q4K_TOKHI(R8, XO, SO, X4, 96); \
-	Q4K_TOKHI(R9, XO, SO, X5, 112)
-
-#define Q4K_LO4(XO, SO) \
-	Q4K_TOKLO(R8, XO, SO, X4, 96); \
-	Q4K_TOKLO(R9, XO, SO, X5, 112); \
-	Q4K_TOKLO(R10, XO, SO, X6, 128); \
-	Q4K_TOKLO(R11, XO, SO, X7, 144)
-
-#define Q4K_HI4(XO, SO) \
-	Q4K_TOKHI(R8, XO, SO, X4, 96); \
-	Q4K_TOKHI(R9, XO, SO, X5, 112); \
-	Q4K_TOKHI(R10, XO, SO, X6, 128); \
-	Q4K_TOKHI(R11, XO, SO, X7, 144)
-
 // Q4K_PREFETCH fetches this superblock's share (4·144 bytes) of the next
 // four rows.
 #define Q4K_PREFETCH \
@@ -153,21 +70,21 @@ matQ4Kx1group:
 matQ4Kx1super:
 	Q4K_HEAD(X9)
 	Q4K_LO(16)
-	Q4K_LO1(0, 0)
+	KM_LO1(0, 0)
 	Q4K_HI(16)
-	Q4K_HI1(36, 4)
+	KM_HI1(36, 4)
 	Q4K_LO(48)
-	Q4K_LO1(72, 8)
+	KM_LO1(72, 8)
 	Q4K_HI(48)
-	Q4K_HI1(108, 12)
+	KM_HI1(108, 12)
 	Q4K_LO(80)
-	Q4K_LO1(144, 16)
+	KM_LO1(144, 16)
 	Q4K_HI(80)
-	Q4K_HI1(180, 20)
+	KM_HI1(180, 20)
 	Q4K_LO(112)
-	Q4K_LO1(216, 24)
+	KM_LO1(216, 24)
 	Q4K_HI(112)
-	Q4K_HI1(252, 28)
+	KM_HI1(252, 28)
 	Q4K_PREFETCH
 	ADDQ $144, DX
 	ADDQ $288, R8
@@ -220,21 +137,21 @@ matQ4Kx2group:
 matQ4Kx2super:
 	Q4K_HEAD(X9)
 	Q4K_LO(16)
-	Q4K_LO2(0, 0)
+	KM_LO2(0, 0)
 	Q4K_HI(16)
-	Q4K_HI2(36, 4)
+	KM_HI2(36, 4)
 	Q4K_LO(48)
-	Q4K_LO2(72, 8)
+	KM_LO2(72, 8)
 	Q4K_HI(48)
-	Q4K_HI2(108, 12)
+	KM_HI2(108, 12)
 	Q4K_LO(80)
-	Q4K_LO2(144, 16)
+	KM_LO2(144, 16)
 	Q4K_HI(80)
-	Q4K_HI2(180, 20)
+	KM_HI2(180, 20)
 	Q4K_LO(112)
-	Q4K_LO2(216, 24)
+	KM_LO2(216, 24)
 	Q4K_HI(112)
-	Q4K_HI2(252, 28)
+	KM_HI2(252, 28)
 	Q4K_PREFETCH
 	ADDQ $144, DX
 	ADDQ $288, R8
@@ -294,21 +211,21 @@ matQ4Kx4group:
 matQ4Kx4super:
 	Q4K_HEAD(X9)
 	Q4K_LO(16)
-	Q4K_LO4(0, 0)
+	KM_LO4(0, 0)
 	Q4K_HI(16)
-	Q4K_HI4(36, 4)
+	KM_HI4(36, 4)
 	Q4K_LO(48)
-	Q4K_LO4(72, 8)
+	KM_LO4(72, 8)
 	Q4K_HI(48)
-	Q4K_HI4(108, 12)
+	KM_HI4(108, 12)
 	Q4K_LO(80)
-	Q4K_LO4(144, 16)
+	KM_LO4(144, 16)
 	Q4K_HI(80)
-	Q4K_HI4(180, 20)
+	KM_HI4(180, 20)
 	Q4K_LO(112)
-	Q4K_LO4(216, 24)
+	KM_LO4(216, 24)
 	Q4K_HI(112)
-	Q4K_HI4(252, 28)
+	KM_HI4(252, 28)
 	Q4K_PREFETCH
 	ADDQ $144, DX
 	ADDQ $288, R8

@@ -60,7 +60,7 @@ var types = map[DType]typeInfo{
 	Q2_K: {"Q2_K", 256, 84, false},
 	Q3_K: {"Q3_K", 256, 110, false},
 	Q4_K: {"Q4_K", 256, 144, true},
-	Q5_K: {"Q5_K", 256, 176, false},
+	Q5_K: {"Q5_K", 256, 176, true},
 	Q6_K: {"Q6_K", 256, 210, true},
 	Q8_K: {"Q8_K", 256, 292, false},
 	I8:   {"I8", 1, 1, false},

@@ -9,7 +9,7 @@ import (
 // Quantize encodes src into dst as type t. len(src) must be a multiple of
 // t's block size and dst must hold exactly RowBytes(len(src)) bytes. The
 // encodings follow GGML's reference quantizers, so files Bulkhead writes
-// decode the same in llama.cpp. Q4_K and Q6_K use a simpler scale search
+// decode the same in llama.cpp. Q4_K, Q5_K and Q6_K use a simpler scale search
 // than llama.cpp's (kquant.go) but write the same block layout.
 func Quantize(t DType, dst []byte, src []float32) error {
 	want, err := t.RowBytes(len(src))
@@ -43,6 +43,10 @@ func Quantize(t DType, dst []byte, src []float32) error {
 	case Q4_K:
 		for b := 0; b < len(src)/KBlock; b++ {
 			quantizeQ4KBlock(dst[b*Q4KBytes:], src[b*KBlock:])
+		}
+	case Q5_K:
+		for b := 0; b < len(src)/KBlock; b++ {
+			quantizeQ5KBlock(dst[b*Q5KBytes:], src[b*KBlock:])
 		}
 	case Q6_K:
 		for b := 0; b < len(src)/KBlock; b++ {
@@ -132,6 +136,10 @@ func Dequantize(t DType, dst []float32, src []byte) error {
 	case Q4_K:
 		for b := 0; b < len(dst)/KBlock; b++ {
 			dequantQ4KBlock(dst[b*KBlock:], src[b*Q4KBytes:])
+		}
+	case Q5_K:
+		for b := 0; b < len(dst)/KBlock; b++ {
+			dequantQ5KBlock(dst[b*KBlock:], src[b*Q5KBytes:])
 		}
 	case Q6_K:
 		for b := 0; b < len(dst)/KBlock; b++ {

@@ -110,7 +110,7 @@ func TestRowBytesAndParse(t *testing.T) {
 	if d, err := ParseDType("q8_0"); err != nil || d != Q8_0 {
 		t.Fatalf("ParseDType(q8_0) = %v, %v", d, err)
 	}
-	if Q5_K.Computable() || !Q5_K.Known() || !Q8_0.Computable() {
-		t.Fatal("Known/Computable wrong for Q5_K or Q8_0")
+	if Q3_K.Computable() || !Q3_K.Known() || !Q8_0.Computable() {
+		t.Fatal("Known/Computable wrong for Q3_K or Q8_0")
 	}
 }

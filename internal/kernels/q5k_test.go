@@ -1,0 +1,160 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// withKTypes runs the shared K-quant tests of kquant_test.go on types
+// instead of Q4_K and Q6_K: they check the kernels against a float64
+// reference over the decoded weights, column by column with one-hot
+// activations, for batch, thread and dispatch invariance, allocations and
+// RowTo, none of it specific to a layout.
+func withKTypes(t *testing.T, types []tensor.DType, test func(*testing.T)) {
+	old := kTypes
+	kTypes = types
+	defer func() { kTypes = old }()
+	test(t)
+}
+
+var q5kOnly = []tensor.DType{tensor.Q5_K}
+
+func TestQ5KMatMulMatchesReference(t *testing.T) {
+	withKTypes(t, q5kOnly, TestKQuantMatMulMatchesReference)
+}
+
+func TestQ5KMatMulPicksColumns(t *testing.T) {
+	withKTypes(t, q5kOnly, TestKQuantMatMulPicksColumns)
+}
+
+func TestQ5KBatchInvariance(t *testing.T) {
+	withKTypes(t, q5kOnly, TestKQuantBatchInvariance)
+}
+
+func TestQ5KMatMulsAndRowTo(t *testing.T) {
+	withKTypes(t, q5kOnly, TestKQuantMatMulsMixed)
+	withKTypes(t, q5kOnly, TestKQuantRowTo)
+}
+
+// dotQ5KGo on hand-made blocks against a sum written out element by
+// element from tensor's decoder: with d = dmin = 1 and dx = 1 every term
+// is a small integer, so the kernel must give it exactly. A quant bit read
+// from the wrong qh bit or nibble changes the sum.
+func TestDotQ5KExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	for trial := 0; trial < 50; trial++ {
+		blk := make([]byte, tensor.Q5KBytes)
+		for i := range blk {
+			blk[i] = byte(rng.Uint32())
+		}
+		binary.LittleEndian.PutUint16(blk[0:], 0x3c00)
+		binary.LittleEndian.PutUint16(blk[2:], 0x3c00)
+		xq := make([]byte, 8*xBlockBytes)
+		xs := make([]int, 256)
+		for j := 0; j < 8; j++ {
+			binary.LittleEndian.PutUint32(xq[j*xBlockBytes:], 0x3f800000) // 1.0
+			for l := 0; l < 32; l++ {
+				v := rng.IntN(9) - 4
+				xs[32*j+l] = v
+				xq[j*xBlockBytes+4+l] = byte(int8(v))
+			}
+		}
+		dec := make([]float32, 256)
+		if err := tensor.Dequantize(tensor.Q5_K, dec, blk); err != nil {
+			t.Fatal(err)
+		}
+		var want float64
+		for e, v := range dec {
+			want += float64(v) * float64(xs[e])
+		}
+		if got := dotQ5KGo(blk, xq, 8); float64(got) != want {
+			t.Fatalf("trial %d: dotQ5KGo = %v, element by element %v", trial, got, want)
+		}
+	}
+}
+
+// q5kWeights returns rows×cols of Q5_K bytes, each superblock random or
+// extreme in the ways kqWeights makes Q4_K ones, plus all fifth bits set
+// or clear, the largest and smallest quants.
+func q5kWeights(rng *rand.Rand, rows, cols int) *Matrix {
+	rb, err := tensor.Q5_K.RowBytes(cols)
+	if err != nil {
+		panic(err)
+	}
+	data := make([]byte, rows*rb)
+	size := tensor.Q5KBytes
+	for off := 0; off < len(data); off += size {
+		b := data[off : off+size]
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		switch rng.IntN(7) {
+		case 0: // every scale and min 63
+			for i := 4; i < 16; i++ {
+				b[i] = 0xff
+			}
+		case 1: // all quants 31, scales and mins 63
+			for i := 4; i < size; i++ {
+				b[i] = 0xff
+			}
+		case 2: // all quants 0, scales and mins 63
+			for i := 4; i < 16; i++ {
+				b[i] = 0xff
+			}
+			clear(b[16:])
+		case 3: // every scale 0 and min 63, or the reverse
+			sc, m := byte(0), byte(63)
+			if rng.IntN(2) == 0 {
+				sc, m = m, sc
+			}
+			for j := 0; j < 4; j++ {
+				b[4+j] = sc | (sc>>4)<<6
+				b[8+j] = m | (m>>4)<<6
+				b[12+j] = sc&0x0f | (m&0x0f)<<4
+			}
+		case 4: // fifth bits all set or all clear, low bits random
+			v := byte(0)
+			if rng.IntN(2) == 0 {
+				v = 0xff
+			}
+			for i := 16; i < 48; i++ {
+				b[i] = v
+			}
+		}
+		binary.LittleEndian.PutUint16(b[0:], kqF16(rng))
+		binary.LittleEndian.PutUint16(b[2:], kqF16(rng))
+	}
+	return &Matrix{Type: tensor.Q5_K, Rows: rows, Cols: cols, Data: data}
+}
+
+// The assembly kernels give dotQ5KGo's bits: every row count 1..9, token
+// count 1..9, one to eight superblocks, and a matrix larger than a tile
+// on a sub-range of rows.
+func TestQ5KSIMDMatchesGo(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(53, 54))
+	for _, cols := range []int{256, 768, 2048} {
+		for rows := 1; rows <= 9; rows++ {
+			for n := 1; n <= 9; n++ {
+				w := q5kWeights(rng, rows, cols)
+				kqCompare(t, w, kqActivations(rng, n, cols/32), n)
+			}
+		}
+	}
+	w := q5kWeights(rng, 301, 1024)
+	for _, n := range []int{1, 3, 6} {
+		xq := kqActivations(rng, n, w.Cols/32)
+		kqCompare(t, w, xq, n)
+		got := make([]float32, n*w.Rows)
+		want := make([]float32, n*w.Rows)
+		matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
+		matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
+		if j := firstBitDiff(got, want); j >= 0 {
+			t.Fatalf("rows [37, 290) n=%d: value %d is %g, Go gives %g", n, j, got[j], want[j])
+		}
+	}
+	withKTypes(t, q5kOnly, TestKQuantSIMDPoolMatchesGo)
+}

@@ -1,0 +1,295 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "simd_amd64.h"
+#include "simd_kquant_amd64.h"
+
+// The Q5_K kernels: the Q4_K ones (simd_q4k_amd64.s, whose layout
+// simd_kquant_amd64.h describes) with the quants' fifth bit. A Q5_K
+// header's first 16 bytes are a Q4_K header's, so Q4K_HEAD decodes them;
+// the quants sit at 48 instead of 16, and qh at 16. Quants 0..31 keep
+// VPMADDUBSW's pair sums within int16 (2·31·128 < 2^15) and A exact
+// (|A| < 2^23), so the token steps are Q4_K's unchanged; they are
+// repeated here under Q5K_ names because macros do not cross files. They
+// give dotQ5KGo's bits.
+
+// k5bit holds the byte masks 1<<k: activation block k's quants take bit k
+// of each qh byte, and 0x10 (entry 4) is the fifth bit's value.
+DATA k5bit<>+0(SB)/8, $0x8040201008040201
+GLOBL k5bit<>(SB), RODATA|NOPTR, $8
+
+// Q5K_BIT ORs 16 into the four rows' quants in Y0-Y3 where bit K of their
+// qh bytes is set: (qh & 1<<K) == 1<<K gives 0xff, masked to 0x10.
+#define Q5K_BIT(K) \
+	VPBROADCASTB k5bit<>+K(SB), Y12; \
+	VPBROADCASTB k5bit<>+4(SB), Y14; \
+	VPAND 16(DX), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y0, Y0; \
+	VPAND 16(DX)(R12*1), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y1, Y1; \
+	VPAND 16(DX)(R14*1), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y2, Y2; \
+	VPAND 16(DX)(R15*1), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y3, Y3
+
+// Q5K_LO and Q5K_HI unpack the four rows' quants of activation block K:
+// the low (K even) or high (K odd) nibbles of the 32 bytes at OFF, and
+// bit K of qh.
+#define Q5K_LO(OFF, K) \
+	VPAND OFF(DX), Y9, Y0; \
+	VPAND OFF(DX)(R12*1), Y9, Y1; \
+	VPAND OFF(DX)(R14*1), Y9, Y2; \
+	VPAND OFF(DX)(R15*1), Y9, Y3; \
+	Q5K_BIT(K)
+
+#define Q5K_HI(OFF, K) \
+	VMOVDQU OFF(DX), Y0; \
+	VMOVDQU OFF(DX)(R12*1), Y1; \
+	VMOVDQU OFF(DX)(R14*1), Y2; \
+	VMOVDQU OFF(DX)(R15*1), Y3; \
+	VPSRLW $4, Y0, Y0; \
+	VPSRLW $4, Y1, Y1; \
+	VPSRLW $4, Y2, Y2; \
+	VPSRLW $4, Y3, Y3; \
+	VPAND Y9, Y0, Y0; \
+	VPAND Y9, Y1, Y1; \
+	VPAND Y9, Y2, Y2; \
+	VPAND Y9, Y3, Y3; \
+	Q5K_BIT(K)
+
+// Q5K_PREFETCH fetches this superblock's share (4·176 bytes) of the next
+// four rows.
+#define Q5K_PREFETCH \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	PREFETCHT0 448(BX); \
+	PREFETCHT0 512(BX); \
+	PREFETCHT0 576(BX); \
+	PREFETCHT0 640(BX); \
+	ADDQ $704, BX
+
+// func matQ5Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+TEXT ·matQ5Kx1(SB), NOSPLIT, $160-48
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+40(FP), DI
+	KCONST(k4ones8<>(SB))
+	TESTQ R13, R13
+	JLE matQ5Kx1done
+
+matQ5Kx1group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xb+24(FP), R8
+	VXORPS X4, X4, X4
+	MOVQ SI, DX
+	XORQ AX, AX
+	MOVQ nb+32(FP), CX
+	SHRQ $3, CX
+	JZ matQ5Kx1reduce
+
+	PCALIGN $32
+matQ5Kx1super:
+	Q4K_HEAD(X9)
+	Q5K_LO(48, 0)
+	KM_LO1(0, 0)
+	Q5K_HI(48, 1)
+	KM_HI1(36, 4)
+	Q5K_LO(80, 2)
+	KM_LO1(72, 8)
+	Q5K_HI(80, 3)
+	KM_HI1(108, 12)
+	Q5K_LO(112, 4)
+	KM_LO1(144, 16)
+	Q5K_HI(112, 5)
+	KM_HI1(180, 20)
+	Q5K_LO(144, 6)
+	KM_LO1(216, 24)
+	Q5K_HI(144, 7)
+	KM_HI1(252, 28)
+	Q5K_PREFETCH
+	ADDQ $176, DX
+	ADDQ $288, R8
+	DECQ CX
+	JNZ matQ5Kx1super
+
+matQ5Kx1reduce:
+	CMPQ R13, $4
+	JLT matQ5Kx1partial
+	VMOVUPS X4, (DI)
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JNZ matQ5Kx1group
+	JMP matQ5Kx1done
+
+matQ5Kx1partial:
+	PARTIAL1(matQ5Kx1done)
+
+matQ5Kx1done:
+	VZEROUPPER
+	RET
+
+// func matQ5Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ5Kx2(SB), NOSPLIT, $160-64
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+48(FP), DI
+	KCONST(k4ones8<>(SB))
+	TESTQ R13, R13
+	JLE matQ5Kx2done
+
+matQ5Kx2group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xb+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R9
+	VXORPS X4, X4, X4
+	VXORPS X5, X5, X5
+	MOVQ SI, DX
+	XORQ AX, AX
+	MOVQ nb+40(FP), CX
+	SHRQ $3, CX
+	JZ matQ5Kx2reduce
+
+	PCALIGN $32
+matQ5Kx2super:
+	Q4K_HEAD(X9)
+	Q5K_LO(48, 0)
+	KM_LO2(0, 0)
+	Q5K_HI(48, 1)
+	KM_HI2(36, 4)
+	Q5K_LO(80, 2)
+	KM_LO2(72, 8)
+	Q5K_HI(80, 3)
+	KM_HI2(108, 12)
+	Q5K_LO(112, 4)
+	KM_LO2(144, 16)
+	Q5K_HI(112, 5)
+	KM_HI2(180, 20)
+	Q5K_LO(144, 6)
+	KM_LO2(216, 24)
+	Q5K_HI(144, 7)
+	KM_HI2(252, 28)
+	Q5K_PREFETCH
+	ADDQ $176, DX
+	ADDQ $288, R8
+	ADDQ $288, R9
+	DECQ CX
+	JNZ matQ5Kx2super
+
+matQ5Kx2reduce:
+	MOVQ ostride+56(FP), AX
+	CMPQ R13, $4
+	JLT matQ5Kx2partial
+	VMOVUPS X4, (DI)
+	VMOVUPS X5, (DI)(AX*1)
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JNZ matQ5Kx2group
+	JMP matQ5Kx2done
+
+matQ5Kx2partial:
+	PARTIAL2(matQ5Kx2done)
+
+matQ5Kx2done:
+	VZEROUPPER
+	RET
+
+// func matQ5Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ5Kx4(SB), NOSPLIT, $160-64
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ out+48(FP), DI
+	KCONST(k4ones8<>(SB))
+	TESTQ R13, R13
+	JLE matQ5Kx4done
+
+matQ5Kx4group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xb+24(FP), R8
+	MOVQ xstride+32(FP), CX
+	LEAQ (R8)(CX*1), R9
+	LEAQ (R9)(CX*1), R10
+	LEAQ (R10)(CX*1), R11
+	VXORPS X4, X4, X4
+	VXORPS X5, X5, X5
+	VXORPS X6, X6, X6
+	VXORPS X7, X7, X7
+	MOVQ SI, DX
+	XORQ AX, AX
+	MOVQ nb+40(FP), CX
+	SHRQ $3, CX
+	JZ matQ5Kx4reduce
+
+	PCALIGN $32
+matQ5Kx4super:
+	Q4K_HEAD(X9)
+	Q5K_LO(48, 0)
+	KM_LO4(0, 0)
+	Q5K_HI(48, 1)
+	KM_HI4(36, 4)
+	Q5K_LO(80, 2)
+	KM_LO4(72, 8)
+	Q5K_HI(80, 3)
+	KM_HI4(108, 12)
+	Q5K_LO(112, 4)
+	KM_LO4(144, 16)
+	Q5K_HI(112, 5)
+	KM_HI4(180, 20)
+	Q5K_LO(144, 6)
+	KM_LO4(216, 24)
+	Q5K_HI(144, 7)
+	KM_HI4(252, 28)
+	Q5K_PREFETCH
+	ADDQ $176, DX
+	ADDQ $288, R8
+	ADDQ $288, R9
+	ADDQ $288, R10
+	ADDQ $288, R11
+	DECQ CX
+	JNZ matQ5Kx4super
+
+matQ5Kx4reduce:
+	MOVQ ostride+56(FP), AX
+	LEAQ (DI)(AX*2), CX
+	CMPQ R13, $4
+	JLT matQ5Kx4partial
+	VMOVUPS X4, (DI)
+	VMOVUPS X5, (DI)(AX*1)
+	VMOVUPS X6, (CX)
+	VMOVUPS X7, (CX)(AX*1)
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JNZ matQ5Kx4group
+	JMP matQ5Kx4done
+
+matQ5Kx4partial:
+	PARTIAL4(matQ5Kx4done)
+
+matQ5Kx4done:
+	VZEROUPPER
+	RET
