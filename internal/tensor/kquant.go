@@ -126,6 +126,19 @@ func dequantQ6KBlock(dst []float32, blk []byte) {
 // simpler than llama.cpp's iterative search and a little less accurate.
 func quantizeQ4KBlock(dst []byte, x []float32) {
 	b := (*[Q4KBytes]byte)(dst)
+	qv := quantizeKMin((*[16]byte)(b[:16]), x, 15)
+	for c := 0; c < 4; c++ {
+		for l := 0; l < 32; l++ {
+			b[16+32*c+l] = qv[64*c+l] | qv[64*c+32+l]<<4
+		}
+	}
+}
+
+// quantizeKMin is the scale search of the K-quants with a min (Q4_K,
+// Q5_K): it writes the block's header (d, dmin and the packed 6-bit scales
+// and mins, 16 bytes) to hdr and returns the 256 quants, each in
+// [0, qmax], rounded against the scale and min the header stores.
+func quantizeKMin(hdr *[16]byte, x []float32, qmax int) *[KBlock]uint8 {
 	x = x[:KBlock]
 	var scales, mins [8]float32
 	var maxScale, maxMin float32
@@ -134,7 +147,7 @@ func quantizeQ4KBlock(dst []byte, x []float32) {
 		for _, v := range x[32*j : 32*j+32] {
 			lo, hi = min(lo, v), max(hi, v)
 		}
-		scales[j], mins[j] = (hi-lo)/15, -lo
+		scales[j], mins[j] = (hi-lo)/float32(qmax), -lo
 		maxScale, maxMin = max(maxScale, scales[j]), max(maxMin, mins[j])
 	}
 	var sc, m [8]uint8
@@ -150,25 +163,21 @@ func quantizeQ4KBlock(dst []byte, x []float32) {
 		m[j] = uint8(clampRound(imin*mins[j], 0, 63))
 	}
 	dh, mh := F32ToF16(maxScale/63), F32ToF16(maxMin/63)
-	binary.LittleEndian.PutUint16(b[0:], dh)
-	binary.LittleEndian.PutUint16(b[2:], mh)
-	packQ4KScales((*[12]byte)(b[4:16]), &sc, &m)
+	binary.LittleEndian.PutUint16(hdr[0:], dh)
+	binary.LittleEndian.PutUint16(hdr[2:], mh)
+	packQ4KScales((*[12]byte)(hdr[4:16]), &sc, &m)
 	d, dmin := F16ToF32(dh), F16ToF32(mh)
-	var qv [KBlock]uint8
+	qv := new([KBlock]uint8)
 	for j := range sc {
 		dj, mj := d*float32(sc[j]), dmin*float32(m[j])
 		if dj == 0 {
 			continue // every value decodes to −mj
 		}
 		for l, v := range x[32*j : 32*j+32] {
-			qv[32*j+l] = uint8(clampRound((v+mj)/dj, 0, 15))
+			qv[32*j+l] = uint8(clampRound((v+mj)/dj, 0, qmax))
 		}
 	}
-	for c := 0; c < 4; c++ {
-		for l := 0; l < 32; l++ {
-			b[16+32*c+l] = qv[64*c+l] | qv[64*c+32+l]<<4
-		}
-	}
+	return qv
 }
 
 // quantizeQ6KBlock encodes 256 values as one Q6_K block. Each 16-element

@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"encoding/binary"
-	"math"
 )
 
 // Q5_K, 176 bytes (block_q5_K):
@@ -49,53 +48,12 @@ func dequantQ5KBlock(dst []float32, blk []byte) {
 	}
 }
 
-// quantizeQ5KBlock encodes 256 values as one Q5_K block with the scale
-// search quantizeQ4KBlock uses, over 31 steps instead of 15: each
-// 32-element sub-block gets the range [min(0, lowest), highest], the
-// scales and mins are quantised to 6 bits against the block's largest,
-// and every value is rounded against the scale and min actually stored.
+// quantizeQ5KBlock encodes 256 values as one Q5_K block with Q4_K's scale
+// search (quantizeKMin) over 31 steps instead of 15.
 func quantizeQ5KBlock(dst []byte, x []float32) {
 	b := (*[Q5KBytes]byte)(dst)
-	x = x[:KBlock]
-	var scales, mins [8]float32
-	var maxScale, maxMin float32
-	for j := range scales {
-		lo, hi := float32(0), float32(math.Inf(-1))
-		for _, v := range x[32*j : 32*j+32] {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		scales[j], mins[j] = (hi-lo)/31, -lo
-		maxScale, maxMin = max(maxScale, scales[j]), max(maxMin, mins[j])
-	}
-	var sc, m [8]uint8
-	var iscale, imin float32
-	if maxScale > 0 {
-		iscale = 63 / maxScale
-	}
-	if maxMin > 0 {
-		imin = 63 / maxMin
-	}
-	for j := range sc {
-		sc[j] = uint8(clampRound(iscale*scales[j], 0, 63))
-		m[j] = uint8(clampRound(imin*mins[j], 0, 63))
-	}
 	clear(b[:])
-	dh, mh := F32ToF16(maxScale/63), F32ToF16(maxMin/63)
-	binary.LittleEndian.PutUint16(b[0:], dh)
-	binary.LittleEndian.PutUint16(b[2:], mh)
-	packQ4KScales((*[12]byte)(b[4:16]), &sc, &m)
-	d, dmin := F16ToF32(dh), F16ToF32(mh)
-	var qv [KBlock]uint8
-	for j := range sc {
-		dj, mj := d*float32(sc[j]), dmin*float32(m[j])
-		if dj == 0 {
-			continue // every value decodes to −mj
-		}
-		for l, v := range x[32*j : 32*j+32] {
-			qv[32*j+l] = uint8(clampRound((v+mj)/dj, 0, 31))
-		}
-	}
-	fillQ5K(b, &qv)
+	fillQ5K(b, quantizeKMin((*[16]byte)(b[:16]), x, 31))
 }
 
 // fillQ5K stores 256 5-bit quants into a Q5_K block's qh and qs bytes, in
