@@ -74,3 +74,43 @@
 	VEXTRACTPS $2, X5, 8(DI)(AX*1); \
 	VEXTRACTPS $2, X6, 8(CX); \
 	VEXTRACTPS $2, X7, 8(CX)(AX*1)
+
+// NEXT4 moves DI and SI on by four rows and loops to GROUP while rows are
+// left, else jumps to DONE.
+#define NEXT4(GROUP, DONE) \
+	ADDQ $16, DI; \
+	MOVQ rowBytes+8(FP), AX; \
+	LEAQ (SI)(AX*4), SI; \
+	SUBQ $4, R13; \
+	JNZ GROUP; \
+	JMP DONE
+
+// STORE1, STORE2 and STORE4 end a group of four rows of the one-, two- and
+// four-token quantised kernels (argument frames as quantX1 and quantX4):
+// with four rows left they store the tokens' results (X4.., at DI, DI+AX,
+// CX, CX+AX) and move to the next group (or to DONE after the last); with
+// fewer they jump to PARTIAL, AX and CX set for PARTIAL1/2/4.
+#define STORE1(GROUP, PARTIAL, DONE) \
+	CMPQ R13, $4; \
+	JLT PARTIAL; \
+	VMOVUPS X4, (DI); \
+	NEXT4(GROUP, DONE)
+
+#define STORE2(GROUP, PARTIAL, DONE) \
+	MOVQ ostride+56(FP), AX; \
+	CMPQ R13, $4; \
+	JLT PARTIAL; \
+	VMOVUPS X4, (DI); \
+	VMOVUPS X5, (DI)(AX*1); \
+	NEXT4(GROUP, DONE)
+
+#define STORE4(GROUP, PARTIAL, DONE) \
+	MOVQ ostride+56(FP), AX; \
+	LEAQ (DI)(AX*2), CX; \
+	CMPQ R13, $4; \
+	JLT PARTIAL; \
+	VMOVUPS X4, (DI); \
+	VMOVUPS X5, (DI)(AX*1); \
+	VMOVUPS X6, (CX); \
+	VMOVUPS X7, (CX)(AX*1); \
+	NEXT4(GROUP, DONE)

@@ -92,15 +92,7 @@ matQ4Kx1super:
 	JNZ matQ4Kx1super
 
 matQ4Kx1reduce:
-	CMPQ R13, $4
-	JLT matQ4Kx1partial
-	VMOVUPS X4, (DI)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ4Kx1group
-	JMP matQ4Kx1done
+	STORE1(matQ4Kx1group, matQ4Kx1partial, matQ4Kx1done)
 
 matQ4Kx1partial:
 	PARTIAL1(matQ4Kx1done)
@@ -160,17 +152,7 @@ matQ4Kx2super:
 	JNZ matQ4Kx2super
 
 matQ4Kx2reduce:
-	MOVQ ostride+56(FP), AX
-	CMPQ R13, $4
-	JLT matQ4Kx2partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ4Kx2group
-	JMP matQ4Kx2done
+	STORE2(matQ4Kx2group, matQ4Kx2partial, matQ4Kx2done)
 
 matQ4Kx2partial:
 	PARTIAL2(matQ4Kx2done)
@@ -236,20 +218,7 @@ matQ4Kx4super:
 	JNZ matQ4Kx4super
 
 matQ4Kx4reduce:
-	MOVQ ostride+56(FP), AX
-	LEAQ (DI)(AX*2), CX
-	CMPQ R13, $4
-	JLT matQ4Kx4partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	VMOVUPS X6, (CX)
-	VMOVUPS X7, (CX)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ4Kx4group
-	JMP matQ4Kx4done
+	STORE4(matQ4Kx4group, matQ4Kx4partial, matQ4Kx4done)
 
 matQ4Kx4partial:
 	PARTIAL4(matQ4Kx4done)

@@ -128,15 +128,7 @@ matQ5Kx1super:
 	JNZ matQ5Kx1super
 
 matQ5Kx1reduce:
-	CMPQ R13, $4
-	JLT matQ5Kx1partial
-	VMOVUPS X4, (DI)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ5Kx1group
-	JMP matQ5Kx1done
+	STORE1(matQ5Kx1group, matQ5Kx1partial, matQ5Kx1done)
 
 matQ5Kx1partial:
 	PARTIAL1(matQ5Kx1done)
@@ -196,17 +188,7 @@ matQ5Kx2super:
 	JNZ matQ5Kx2super
 
 matQ5Kx2reduce:
-	MOVQ ostride+56(FP), AX
-	CMPQ R13, $4
-	JLT matQ5Kx2partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ5Kx2group
-	JMP matQ5Kx2done
+	STORE2(matQ5Kx2group, matQ5Kx2partial, matQ5Kx2done)
 
 matQ5Kx2partial:
 	PARTIAL2(matQ5Kx2done)
@@ -272,20 +254,7 @@ matQ5Kx4super:
 	JNZ matQ5Kx4super
 
 matQ5Kx4reduce:
-	MOVQ ostride+56(FP), AX
-	LEAQ (DI)(AX*2), CX
-	CMPQ R13, $4
-	JLT matQ5Kx4partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	VMOVUPS X6, (CX)
-	VMOVUPS X7, (CX)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ5Kx4group
-	JMP matQ5Kx4done
+	STORE4(matQ5Kx4group, matQ5Kx4partial, matQ5Kx4done)
 
 matQ5Kx4partial:
 	PARTIAL4(matQ5Kx4done)

@@ -200,15 +200,7 @@ matQ6Kx1super:
 	JNZ matQ6Kx1super
 
 matQ6Kx1reduce:
-	CMPQ R13, $4
-	JLT matQ6Kx1partial
-	VMOVUPS X4, (DI)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ6Kx1group
-	JMP matQ6Kx1done
+	STORE1(matQ6Kx1group, matQ6Kx1partial, matQ6Kx1done)
 
 matQ6Kx1partial:
 	PARTIAL1(matQ6Kx1done)
@@ -268,17 +260,7 @@ matQ6Kx2super:
 	JNZ matQ6Kx2super
 
 matQ6Kx2reduce:
-	MOVQ ostride+56(FP), AX
-	CMPQ R13, $4
-	JLT matQ6Kx2partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ6Kx2group
-	JMP matQ6Kx2done
+	STORE2(matQ6Kx2group, matQ6Kx2partial, matQ6Kx2done)
 
 matQ6Kx2partial:
 	PARTIAL2(matQ6Kx2done)
@@ -344,20 +326,7 @@ matQ6Kx4super:
 	JNZ matQ6Kx4super
 
 matQ6Kx4reduce:
-	MOVQ ostride+56(FP), AX
-	LEAQ (DI)(AX*2), CX
-	CMPQ R13, $4
-	JLT matQ6Kx4partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	VMOVUPS X6, (CX)
-	VMOVUPS X7, (CX)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ6Kx4group
-	JMP matQ6Kx4done
+	STORE4(matQ6Kx4group, matQ6Kx4partial, matQ6Kx4done)
 
 matQ6Kx4partial:
 	PARTIAL4(matQ6Kx4done)

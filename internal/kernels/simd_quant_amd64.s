@@ -181,15 +181,7 @@ matQ8x1block:
 	JNZ matQ8x1block
 
 matQ8x1reduce:
-	CMPQ R13, $4
-	JLT matQ8x1partial
-	VMOVUPS X4, (DI)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ8x1group
-	JMP matQ8x1done
+	STORE1(matQ8x1group, matQ8x1partial, matQ8x1done)
 
 matQ8x1partial:
 	PARTIAL1(matQ8x1done)
@@ -246,20 +238,7 @@ matQ8x4block:
 	JNZ matQ8x4block
 
 matQ8x4reduce:
-	MOVQ ostride+56(FP), AX
-	LEAQ (DI)(AX*2), CX
-	CMPQ R13, $4
-	JLT matQ8x4partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	VMOVUPS X6, (CX)
-	VMOVUPS X7, (CX)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ8x4group
-	JMP matQ8x4done
+	STORE4(matQ8x4group, matQ8x4partial, matQ8x4done)
 
 matQ8x4partial:
 	PARTIAL4(matQ8x4done)
@@ -302,15 +281,7 @@ matQ4x1block:
 	JNZ matQ4x1block
 
 matQ4x1reduce:
-	CMPQ R13, $4
-	JLT matQ4x1partial
-	VMOVUPS X4, (DI)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ4x1group
-	JMP matQ4x1done
+	STORE1(matQ4x1group, matQ4x1partial, matQ4x1done)
 
 matQ4x1partial:
 	PARTIAL1(matQ4x1done)
@@ -366,20 +337,7 @@ matQ4x4block:
 	JNZ matQ4x4block
 
 matQ4x4reduce:
-	MOVQ ostride+56(FP), AX
-	LEAQ (DI)(AX*2), CX
-	CMPQ R13, $4
-	JLT matQ4x4partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	VMOVUPS X6, (CX)
-	VMOVUPS X7, (CX)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ4x4group
-	JMP matQ4x4done
+	STORE4(matQ4x4group, matQ4x4partial, matQ4x4done)
 
 matQ4x4partial:
 	PARTIAL4(matQ4x4done)
@@ -428,17 +386,7 @@ matQ8x2block:
 	JNZ matQ8x2block
 
 matQ8x2reduce:
-	MOVQ ostride+56(FP), AX
-	CMPQ R13, $4
-	JLT matQ8x2partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ8x2group
-	JMP matQ8x2done
+	STORE2(matQ8x2group, matQ8x2partial, matQ8x2done)
 
 matQ8x2partial:
 	PARTIAL2(matQ8x2done)
@@ -486,17 +434,7 @@ matQ4x2block:
 	JNZ matQ4x2block
 
 matQ4x2reduce:
-	MOVQ ostride+56(FP), AX
-	CMPQ R13, $4
-	JLT matQ4x2partial
-	VMOVUPS X4, (DI)
-	VMOVUPS X5, (DI)(AX*1)
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JNZ matQ4x2group
-	JMP matQ4x2done
+	STORE2(matQ4x2group, matQ4x2partial, matQ4x2done)
 
 matQ4x2partial:
 	PARTIAL2(matQ4x2done)
