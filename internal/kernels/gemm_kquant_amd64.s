@@ -3,6 +3,7 @@
 #include "textflag.h"
 #include "simd_amd64.h"
 #include "simd_kquant_amd64.h"
+#include "gemm_kquant_amd64.h"
 
 // The batched K-quant kernels: four weight rows by eight tokens per pass,
 // on the interleaved activations of gemm_q8_amd64.s (xiBlock bytes per
@@ -82,34 +83,6 @@ GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
 	G4K_NIB(OFF, R14, Y12, A+64, B+64); \
 	G4K_NIB(OFF, R15, Y13, A+96, B+96)
 
-// GQ_FIRST and GQ_NEXT add group G's pair sums of the four rows to Y0-Y3
-// (GQ_FIRST sets them).
-#define GQ_FIRST \
-	VMOVDQU 64(R8), Y9; \
-	VBROADCASTSS 0(R9), Y10; \
-	VBROADCASTSS 32(R9), Y11; \
-	VBROADCASTSS 64(R9), Y12; \
-	VBROADCASTSS 96(R9), Y13; \
-	VPMADDUBSW Y9, Y10, Y0; \
-	VPMADDUBSW Y9, Y11, Y1; \
-	VPMADDUBSW Y9, Y12, Y2; \
-	VPMADDUBSW Y9, Y13, Y3
-
-#define GQ_NEXT(XO, WO) \
-	VMOVDQU XO(R8), Y9; \
-	VBROADCASTSS WO(R9), Y10; \
-	VBROADCASTSS WO+32(R9), Y11; \
-	VBROADCASTSS WO+64(R9), Y12; \
-	VBROADCASTSS WO+96(R9), Y13; \
-	VPMADDUBSW Y9, Y10, Y10; \
-	VPMADDUBSW Y9, Y11, Y11; \
-	VPMADDUBSW Y9, Y12, Y12; \
-	VPMADDUBSW Y9, Y13, Y13; \
-	VPADDW Y10, Y0, Y0; \
-	VPADDW Y11, Y1, Y1; \
-	VPADDW Y12, Y2, Y2; \
-	VPADDW Y13, Y3, Y3
-
 // G4K_ROW adds row R's block into ACC: S the int16 pair sums, T scratch,
 // Y9 the tokens' dx, Y14 their cvt(8·Σx).
 #define G4K_ROW(S, T, ACC, R) \
@@ -146,45 +119,6 @@ GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
 	PREFETCHT0 704(BX); \
 	PREFETCHT0 768(BX); \
 	PREFETCHT0 832(BX)
-
-// GK_STORE writes out[t*ostride/4 + r] for the (up to four) real rows and
-// the ntok real tokens from Y4-Y7, then moves SI and DI to the next four
-// rows, or leaves.
-#define GK_STORE(LOOP, DONE, ROWS, ROW, TOK) \
-	VMOVUPS Y4, 96(SP); \
-	VMOVUPS Y5, 128(SP); \
-	VMOVUPS Y6, 160(SP); \
-	VMOVUPS Y7, 192(SP); \
-	MOVQ ntok+56(FP), R9; \
-	MOVQ ostride+48(FP), R10; \
-	MOVQ R13, R11; \
-	CMPQ R11, $4; \
-	JLE ROWS; \
-	MOVQ $4, R11; \
-ROWS: \
-	LEAQ 96(SP), BX; \
-	MOVQ DI, R8; \
-ROW: \
-	MOVQ R8, DX; \
-	XORQ CX, CX; \
-TOK: \
-	MOVL (BX)(CX*4), AX; \
-	MOVL AX, (DX); \
-	ADDQ R10, DX; \
-	INCQ CX; \
-	CMPQ CX, R9; \
-	JLT TOK; \
-	ADDQ $32, BX; \
-	ADDQ $4, R8; \
-	DECQ R11; \
-	JNZ ROW; \
-	CMPQ R13, $4; \
-	JLE DONE; \
-	ADDQ $16, DI; \
-	MOVQ rowBytes+8(FP), AX; \
-	LEAQ (SI)(AX*4), SI; \
-	SUBQ $4, R13; \
-	JMP LOOP
 
 // func gemmQ4Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).

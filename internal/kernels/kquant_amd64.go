@@ -29,6 +29,11 @@ func matQ5Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, 
 //go:noescape
 func matQ5Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 
+// gemmQ5Kx8 (gemm_q5k_amd64.s) is gemmQ4Kx8 for Q5_K weights.
+//
+//go:noescape
+func gemmQ5Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
 //go:noescape
 func matQ6Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 

@@ -31,9 +31,13 @@ func kqF16(rng *rand.Rand) uint16 {
 	return tensor.F32ToF16(float32(rng.NormFloat64() * 0.01))
 }
 
-// kqWeights returns rows×cols of Q4_K or Q6_K bytes, each superblock drawn
-// from one of several shapes of extreme or random content.
+// kqWeights returns rows×cols of Q4_K, Q5_K or Q6_K bytes, each superblock
+// drawn from one of several shapes of extreme or random content (Q5_K's
+// from q5kWeights).
 func kqWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
+	if typ == tensor.Q5_K {
+		return q5kWeights(rng, rows, cols)
+	}
 	rb, err := typ.RowBytes(cols)
 	if err != nil {
 		panic(err)

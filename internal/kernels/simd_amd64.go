@@ -141,6 +141,9 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		case tensor.Q4_K:
 			gemmKRows(gemmQ4Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
+		case tensor.Q5_K:
+			gemmKRows(gemmQ5Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			return
 		case tensor.Q6_K:
 			gemmKRows(gemmQ6Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
