@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
@@ -115,14 +117,23 @@ func (s *Server) admit(req peerapi.PrefillRequest) (transfer.ID, engine.Admitted
 type countConn struct {
 	transfer.Conn
 	n atomic.Int64
+	// total is the server's bytes-sent counter, added to as each write
+	// succeeds: bytes are on the wire before decode can verify them and
+	// the client hear back, so the metric never trails the response.
+	total prometheus.Counter
 }
 
 func (c *countConn) Write(b []byte) error {
 	err := c.Conn.Write(b)
 	if err == nil {
-		c.n.Add(int64(len(b)))
+		c.add(len(b))
 	}
 	return err
+}
+
+func (c *countConn) add(n int) {
+	c.n.Add(int64(n))
+	c.total.Add(float64(n))
 }
 
 // WriteFrame keeps the transport's own frame writer (one writev of header
@@ -142,7 +153,7 @@ func (c *countConn) WriteFrame(f *transfer.Frame, maxBytes int) error {
 	n := f.Size()
 	err := fw.WriteFrame(f, maxBytes)
 	if err == nil {
-		c.n.Add(int64(n))
+		c.add(n)
 	}
 	return err
 }
@@ -187,7 +198,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 		s.tm.Failed.WithLabelValues("decode_unreachable").Inc()
 		return fail(errkind.Wrap(errkind.Unavailable, "decode_unreachable", err, "could not open an authenticated KV connection to the decode server"), 0)
 	}
-	cc := &countConn{Conn: transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes})}
+	cc := &countConn{Conn: transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes}), total: s.tm.Bytes}
 	var c transfer.Conn = cc
 	if s.opts.Faults != (transfer.FaultSpec{}) {
 		c = transfer.WithFaults(cc, s.opts.Faults)
@@ -196,7 +207,6 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	defer func() {
 		close(done)
 		c.Close()
-		s.tm.Bytes.Add(float64(cc.n.Load()))
 	}()
 	events := make(chan transfer.Event, 64)
 	go func() {
