@@ -24,7 +24,11 @@ var spinFor = 200 * time.Microsecond
 const spinCheck = 256
 
 // spin polls done until it reports true or spinFor has passed, and
-// reports whether done did.
+// reports whether done did. Between rounds of polls it lets the Go
+// scheduler run any other goroutine waiting for a processor: a polling
+// worker holds one of GOMAXPROCS, and without the yield a server's other
+// goroutines (a KV connection's writer with an ACK to send, say) could
+// wait out a whole run of decode steps for it.
 func spin(done func() bool) bool {
 	start := time.Now()
 	for {
@@ -36,6 +40,7 @@ func spin(done func() bool) bool {
 		if time.Since(start) >= spinFor {
 			return false
 		}
+		runtime.Gosched()
 	}
 }
 
