@@ -124,26 +124,10 @@ GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
 // writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
 // The frame is too large for NOSPLIT.
 TEXT ·gemmQ4Kx8(SB), 0, $1376-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	VMOVDQU k4ones16<>(SB), Y8
-	TESTQ R13, R13
-	JLE g4kDone
+	GK_ENTRY(g4kDone)
 
 g4kGroup:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xi+24(FP), R8
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ SI, DX
-	MOVQ nb+32(FP), CX
-	SHRQ $3, CX
-	JZ g4kStore
+	GK_GROUP(g4kStore)
 
 g4kSuper:
 	Q4K_HEAD(k4nib<>(SB))
@@ -323,26 +307,10 @@ g4kDone:
 // func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // is gemmQ4Kx8 for Q6_K weights.
 TEXT ·gemmQ6Kx8(SB), 0, $1376-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	VMOVDQU k4ones16<>(SB), Y8
-	TESTQ R13, R13
-	JLE g6kDone
+	GK_ENTRY(g6kDone)
 
 g6kGroup:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xi+24(FP), R8
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ SI, DX
-	MOVQ nb+32(FP), CX
-	SHRQ $3, CX
-	JZ g6kStore
+	GK_GROUP(g6kStore)
 
 g6kSuper:
 	G6K_SC(192, 96, 256, 416, 576)

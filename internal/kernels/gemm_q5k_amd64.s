@@ -138,26 +138,10 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 // func gemmQ5Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // is gemmQ4Kx8 for Q5_K weights.
 TEXT ·gemmQ5Kx8(SB), 0, $1376-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	VMOVDQU k4ones16<>(SB), Y8
-	TESTQ R13, R13
-	JLE g5kDone
+	GK_ENTRY(g5kDone)
 
 g5kGroup:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xi+24(FP), R8
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ SI, DX
-	MOVQ nb+32(FP), CX
-	SHRQ $3, CX
-	JZ g5kStore
+	GK_GROUP(g5kStore)
 
 g5kSuper:
 	Q4K_HEAD(k4nib<>(SB))
