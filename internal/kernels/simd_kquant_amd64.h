@@ -244,3 +244,71 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	KM_TOKHI(R9, XO, SO, X5, 112); \
 	KM_TOKHI(R10, XO, SO, X6, 128); \
 	KM_TOKHI(R11, XO, SO, X7, 144)
+
+// KX_ENTRY1 and KX_ENTRY start a one-token kernel and a two- or four-token
+// one (argument frames as quantX1 and quantX4): weights in SI, rows left in
+// R13, the output in DI, the constants of KCONST(C10); with no rows they
+// jump to DONE.
+#define KX_ENTRY1(C10, DONE) \
+	MOVQ w+0(FP), SI; \
+	MOVQ rows+16(FP), R13; \
+	MOVQ out+40(FP), DI; \
+	KCONST(C10); \
+	TESTQ R13, R13; \
+	JLE DONE
+
+#define KX_ENTRY(C10, DONE) \
+	MOVQ w+0(FP), SI; \
+	MOVQ rows+16(FP), R13; \
+	MOVQ out+48(FP), DI; \
+	KCONST(C10); \
+	TESTQ R13, R13; \
+	JLE DONE
+
+// KX_ROWS and KX_SUPERS are the first and last steps of KX_GROUP1/2/4.
+#define KX_SUPERS(REDUCE) \
+	MOVQ SI, DX; \
+	XORQ AX, AX; \
+	MOVQ nb+40(FP), CX; \
+	SHRQ $3, CX; \
+	JZ REDUCE
+
+#define KX_ROWS \
+	ROWOFFS; \
+	MOVQ rowBytes+8(FP), AX; \
+	LEAQ (SI)(AX*4), BX; \
+	MOVQ xb+24(FP), R8
+
+// KX_GROUP1, KX_GROUP2 and KX_GROUP4 start a group of four rows: their
+// offsets (ROWOFFS), the prefetch pointer one group ahead, each token's
+// activation blocks in R8.., zeroed accumulators X4.., the first
+// superblock in DX, AX zero and the superblock count in CX; with none they
+// jump to REDUCE.
+#define KX_GROUP1(REDUCE) \
+	KX_ROWS; \
+	VXORPS X4, X4, X4; \
+	MOVQ SI, DX; \
+	XORQ AX, AX; \
+	MOVQ nb+32(FP), CX; \
+	SHRQ $3, CX; \
+	JZ REDUCE
+
+#define KX_GROUP2(REDUCE) \
+	KX_ROWS; \
+	MOVQ xstride+32(FP), CX; \
+	LEAQ (R8)(CX*1), R9; \
+	VXORPS X4, X4, X4; \
+	VXORPS X5, X5, X5; \
+	KX_SUPERS(REDUCE)
+
+#define KX_GROUP4(REDUCE) \
+	KX_ROWS; \
+	MOVQ xstride+32(FP), CX; \
+	LEAQ (R8)(CX*1), R9; \
+	LEAQ (R9)(CX*1), R10; \
+	LEAQ (R10)(CX*1), R11; \
+	VXORPS X4, X4, X4; \
+	VXORPS X5, X5, X5; \
+	VXORPS X6, X6, X6; \
+	VXORPS X7, X7, X7; \
+	KX_SUPERS(REDUCE)

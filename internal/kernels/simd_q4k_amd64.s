@@ -47,24 +47,10 @@
 
 // func matQ4Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ4Kx1(SB), NOSPLIT, $160-48
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	KCONST(k4ones8<>(SB))
-	TESTQ R13, R13
-	JLE matQ4Kx1done
+	KX_ENTRY1(k4ones8<>(SB), matQ4Kx1done)
 
 matQ4Kx1group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	VXORPS X4, X4, X4
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+32(FP), CX
-	SHRQ $3, CX
-	JZ matQ4Kx1reduce
+	KX_GROUP1(matQ4Kx1reduce)
 
 	PCALIGN $32
 matQ4Kx1super:
@@ -103,27 +89,10 @@ matQ4Kx1done:
 
 // func matQ4Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4Kx2(SB), NOSPLIT, $160-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	KCONST(k4ones8<>(SB))
-	TESTQ R13, R13
-	JLE matQ4Kx2done
+	KX_ENTRY(k4ones8<>(SB), matQ4Kx2done)
 
 matQ4Kx2group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+40(FP), CX
-	SHRQ $3, CX
-	JZ matQ4Kx2reduce
+	KX_GROUP2(matQ4Kx2reduce)
 
 	PCALIGN $32
 matQ4Kx2super:
@@ -163,31 +132,10 @@ matQ4Kx2done:
 
 // func matQ4Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4Kx4(SB), NOSPLIT, $160-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	KCONST(k4ones8<>(SB))
-	TESTQ R13, R13
-	JLE matQ4Kx4done
+	KX_ENTRY(k4ones8<>(SB), matQ4Kx4done)
 
 matQ4Kx4group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	LEAQ (R9)(CX*1), R10
-	LEAQ (R10)(CX*1), R11
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	VXORPS X6, X6, X6
-	VXORPS X7, X7, X7
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+40(FP), CX
-	SHRQ $3, CX
-	JZ matQ4Kx4reduce
+	KX_GROUP4(matQ4Kx4reduce)
 
 	PCALIGN $32
 matQ4Kx4super:

@@ -83,24 +83,10 @@ GLOBL k5bit<>(SB), RODATA|NOPTR, $8
 
 // func matQ5Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ5Kx1(SB), NOSPLIT, $160-48
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	KCONST(k4ones8<>(SB))
-	TESTQ R13, R13
-	JLE matQ5Kx1done
+	KX_ENTRY1(k4ones8<>(SB), matQ5Kx1done)
 
 matQ5Kx1group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	VXORPS X4, X4, X4
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+32(FP), CX
-	SHRQ $3, CX
-	JZ matQ5Kx1reduce
+	KX_GROUP1(matQ5Kx1reduce)
 
 	PCALIGN $32
 matQ5Kx1super:
@@ -139,27 +125,10 @@ matQ5Kx1done:
 
 // func matQ5Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ5Kx2(SB), NOSPLIT, $160-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	KCONST(k4ones8<>(SB))
-	TESTQ R13, R13
-	JLE matQ5Kx2done
+	KX_ENTRY(k4ones8<>(SB), matQ5Kx2done)
 
 matQ5Kx2group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+40(FP), CX
-	SHRQ $3, CX
-	JZ matQ5Kx2reduce
+	KX_GROUP2(matQ5Kx2reduce)
 
 	PCALIGN $32
 matQ5Kx2super:
@@ -199,31 +168,10 @@ matQ5Kx2done:
 
 // func matQ5Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ5Kx4(SB), NOSPLIT, $160-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	KCONST(k4ones8<>(SB))
-	TESTQ R13, R13
-	JLE matQ5Kx4done
+	KX_ENTRY(k4ones8<>(SB), matQ5Kx4done)
 
 matQ5Kx4group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	LEAQ (R9)(CX*1), R10
-	LEAQ (R10)(CX*1), R11
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	VXORPS X6, X6, X6
-	VXORPS X7, X7, X7
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+40(FP), CX
-	SHRQ $3, CX
-	JZ matQ5Kx4reduce
+	KX_GROUP4(matQ5Kx4reduce)
 
 	PCALIGN $32
 matQ5Kx4super:

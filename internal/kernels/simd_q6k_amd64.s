@@ -155,24 +155,10 @@
 
 // func matQ6Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ6Kx1(SB), NOSPLIT, $80-48
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	KCONST(k6x20<>(SB))
-	TESTQ R13, R13
-	JLE matQ6Kx1done
+	KX_ENTRY1(k6x20<>(SB), matQ6Kx1done)
 
 matQ6Kx1group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	VXORPS X4, X4, X4
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+32(FP), CX
-	SHRQ $3, CX
-	JZ matQ6Kx1reduce
+	KX_GROUP1(matQ6Kx1reduce)
 
 	PCALIGN $32
 matQ6Kx1super:
@@ -211,27 +197,10 @@ matQ6Kx1done:
 
 // func matQ6Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ6Kx2(SB), NOSPLIT, $80-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	KCONST(k6x20<>(SB))
-	TESTQ R13, R13
-	JLE matQ6Kx2done
+	KX_ENTRY(k6x20<>(SB), matQ6Kx2done)
 
 matQ6Kx2group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+40(FP), CX
-	SHRQ $3, CX
-	JZ matQ6Kx2reduce
+	KX_GROUP2(matQ6Kx2reduce)
 
 	PCALIGN $32
 matQ6Kx2super:
@@ -271,31 +240,10 @@ matQ6Kx2done:
 
 // func matQ6Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ6Kx4(SB), NOSPLIT, $80-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	KCONST(k6x20<>(SB))
-	TESTQ R13, R13
-	JLE matQ6Kx4done
+	KX_ENTRY(k6x20<>(SB), matQ6Kx4done)
 
 matQ6Kx4group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	LEAQ (R9)(CX*1), R10
-	LEAQ (R10)(CX*1), R11
-	VXORPS X4, X4, X4
-	VXORPS X5, X5, X5
-	VXORPS X6, X6, X6
-	VXORPS X7, X7, X7
-	MOVQ SI, DX
-	XORQ AX, AX
-	MOVQ nb+40(FP), CX
-	SHRQ $3, CX
-	JZ matQ6Kx4reduce
+	KX_GROUP4(matQ6Kx4reduce)
 
 	PCALIGN $32
 matQ6Kx4super:
