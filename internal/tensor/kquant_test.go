@@ -34,23 +34,26 @@ func handQ4K() []byte {
 	return b
 }
 
+// ggmlScaleMinK4 is ggml's get_scale_min_k4, transcribed as written, for
+// the reference decoders of Q4_K and Q5_K.
+func ggmlScaleMinK4(j int, q []byte) (uint8, uint8) {
+	if j < 4 {
+		return q[j] & 63, q[j+4] & 63
+	}
+	return (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4), (q[j+4] >> 4) | ((q[j-0] >> 6) << 4)
+}
+
 // ggmlQ4K decodes like dequantize_row_q4_K.
 func ggmlQ4K(b []byte) []float32 {
-	getScaleMin := func(j int, q []byte) (uint8, uint8) {
-		if j < 4 {
-			return q[j] & 63, q[j+4] & 63
-		}
-		return (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4), (q[j+4] >> 4) | ((q[j-0] >> 6) << 4)
-	}
 	d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
 	mn := F16ToF32(binary.LittleEndian.Uint16(b[2:]))
 	scales, q := b[4:16], b[16:]
 	var y []float32
 	is := 0
 	for j := 0; j < 256; j += 64 {
-		sc, m := getScaleMin(is+0, scales)
+		sc, m := ggmlScaleMinK4(is+0, scales)
 		d1, m1 := d*float32(sc), mn*float32(m)
-		sc, m = getScaleMin(is+1, scales)
+		sc, m = ggmlScaleMinK4(is+1, scales)
 		d2, m2 := d*float32(sc), mn*float32(m)
 		for l := 0; l < 32; l++ {
 			y = append(y, float32(d1*float32(q[l]&0xF))-m1)

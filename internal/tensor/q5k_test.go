@@ -25,12 +25,6 @@ func handQ5K() []byte {
 
 // ggmlQ5K decodes like dequantize_row_q5_K, loop for loop.
 func ggmlQ5K(b []byte) []float32 {
-	getScaleMin := func(j int, q []byte) (uint8, uint8) {
-		if j < 4 {
-			return q[j] & 63, q[j+4] & 63
-		}
-		return (q[j+4] & 0xF) | ((q[j-4] >> 6) << 4), (q[j+4] >> 4) | ((q[j-0] >> 6) << 4)
-	}
 	d := F16ToF32(binary.LittleEndian.Uint16(b[0:]))
 	mn := F16ToF32(binary.LittleEndian.Uint16(b[2:]))
 	scales, qh, ql := b[4:16], b[16:48], b[48:176]
@@ -38,9 +32,9 @@ func ggmlQ5K(b []byte) []float32 {
 	is := 0
 	u1, u2 := uint8(1), uint8(2)
 	for j := 0; j < 256; j += 64 {
-		sc, m := getScaleMin(is+0, scales)
+		sc, m := ggmlScaleMinK4(is+0, scales)
 		d1, m1 := d*float32(sc), mn*float32(m)
-		sc, m = getScaleMin(is+1, scales)
+		sc, m = ggmlScaleMinK4(is+1, scales)
 		d2, m2 := d*float32(sc), mn*float32(m)
 		for l := 0; l < 32; l++ {
 			h := uint8(0)
