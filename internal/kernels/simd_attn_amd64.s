@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "simd_amd64.h"
+#include "simd_heads_amd64.h"
 
 // EXPCORE sets Y4 to expf(Y0) lane by lane: each step the float32 operation
 // expf in ops.go performs, in the same order and never fused, so the bits
@@ -124,76 +125,33 @@ siludone:
 	VZEROUPPER
 	RET
 
+// The float32 cache's steps for the bodies in simd_heads_amd64.h. The
+// prefetch takes four 64-byte lines from the head's start (all of a
+// 64-float head), eight rows ahead.
+#define F32_PREFETCH \
+	PREFETCHT0 (R10)(R11*1); \
+	PREFETCHT0 64(R10)(R11*1); \
+	PREFETCHT0 128(R10)(R11*1); \
+	PREFETCHT0 192(R10)(R11*1)
+
+#define F32_K16 \
+	VMOVUPS (R10)(AX*4), Y8; \
+	VMOVUPS 32(R10)(AX*4), Y9
+
+#define F32_K1 VMOVSS (R10)(AX*4), X8
+#define F32_V8 VMULPS (R10)(AX*4), Y15, Y8
+#define F32_V1 VMULSS (R10)(AX*4), X15, X8
+
+// F32_TAIL0 is empty: a float32 tail loads straight from the cache.
+#define F32_TAIL0
+
 // func headScoresAVX2(out *float32, outStrideBytes int, q *float32, hd int, k *float32, strideBytes int, koff *int32, nh, rows int)
 //
 // For each row of k in turn and each head h: out[h][row] = Dot(q_h,
 // k[row][koff[h]:]), in matF32x1's order (16 lanes with FMA, REDUCE16,
 // then the tail one element at a time), so each value has Dot's bits.
 TEXT ·headScoresAVX2(SB), NOSPLIT, $0-72
-	MOVQ out+0(FP), DI
-	MOVQ q+16(FP), R8
-	MOVQ hd+24(FP), DX
-	MOVQ k+32(FP), SI
-	MOVQ strideBytes+40(FP), R12
-	MOVQ koff+48(FP), R9
-	MOVQ rows+64(FP), R13
-	MOVQ DX, BX
-	ANDQ $-16, BX
-	LEAQ (R12*8), R11
-
-hsrow:
-	MOVQ DI, R14
-	MOVQ R8, R15
-	XORQ CX, CX
-
-hshead:
-	MOVLQSX (R9)(CX*4), AX
-	LEAQ (SI)(AX*4), R10
-	PREFETCHT0 (R10)(R11*1)
-	PREFETCHT0 64(R10)(R11*1)
-	PREFETCHT0 128(R10)(R11*1)
-	PREFETCHT0 192(R10)(R11*1)
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	XORQ AX, AX
-	CMPQ AX, BX
-	JGE hsreduce
-
-	PCALIGN $32
-hsloop:
-	VMOVUPS (R10)(AX*4), Y8
-	VMOVUPS 32(R10)(AX*4), Y9
-	VFMADD231PS (R15)(AX*4), Y8, Y0
-	VFMADD231PS 32(R15)(AX*4), Y9, Y1
-	ADDQ $16, AX
-	CMPQ AX, BX
-	JLT hsloop
-
-hsreduce:
-	REDUCE16(Y0, Y1, X0, X12)
-	CMPQ AX, DX
-	JGE hsstore
-
-hstail:
-	VMOVSS (R10)(AX*4), X8
-	VFMADD231SS (R15)(AX*4), X8, X0
-	INCQ AX
-	CMPQ AX, DX
-	JLT hstail
-
-hsstore:
-	VMOVSS X0, (R14)
-	ADDQ outStrideBytes+8(FP), R14
-	LEAQ (R15)(DX*4), R15
-	INCQ CX
-	CMPQ CX, nh+56(FP)
-	JLT hshead
-	ADDQ $4, DI
-	ADDQ R12, SI
-	DECQ R13
-	JNZ hsrow
-	VZEROUPPER
-	RET
+	HEADSCORES(4, F32_PREFETCH, F32_K16, F32_TAIL0, F32_K1, X8)
 
 // func headAccumAVX2(o *float32, hd int, w *float32, wStrideBytes int, v *float32, strideBytes int, voff *int32, nh, rows int)
 //
@@ -201,64 +159,4 @@ hsstore:
 // v[row][voff[h]+j], the product rounded before the add (VMULPS then
 // VADDPS), as axpyGo does: per head, the bits of one Axpy per row.
 TEXT ·headAccumAVX2(SB), NOSPLIT, $0-72
-	MOVQ o+0(FP), DI
-	MOVQ hd+8(FP), DX
-	MOVQ w+16(FP), R8
-	MOVQ v+32(FP), SI
-	MOVQ strideBytes+40(FP), R12
-	MOVQ voff+48(FP), R9
-	MOVQ rows+64(FP), R13
-	MOVQ DX, BX
-	ANDQ $-8, BX
-	LEAQ (R12*8), R11
-
-harow:
-	MOVQ DI, R14
-	MOVQ R8, R15
-	XORQ CX, CX
-
-hahead:
-	MOVLQSX (R9)(CX*4), AX
-	LEAQ (SI)(AX*4), R10
-	PREFETCHT0 (R10)(R11*1)
-	PREFETCHT0 64(R10)(R11*1)
-	PREFETCHT0 128(R10)(R11*1)
-	PREFETCHT0 192(R10)(R11*1)
-	VBROADCASTSS (R15), Y15
-	XORQ AX, AX
-	CMPQ AX, BX
-	JGE hatail0
-
-	PCALIGN $32
-haloop:
-	VMULPS (R10)(AX*4), Y15, Y8
-	VADDPS (R14)(AX*4), Y8, Y8
-	VMOVUPS Y8, (R14)(AX*4)
-	ADDQ $8, AX
-	CMPQ AX, BX
-	JLT haloop
-
-hatail0:
-	CMPQ AX, DX
-	JGE hanext
-
-hatail:
-	VMULSS (R10)(AX*4), X15, X8
-	VADDSS (R14)(AX*4), X8, X8
-	VMOVSS X8, (R14)(AX*4)
-	INCQ AX
-	CMPQ AX, DX
-	JLT hatail
-
-hanext:
-	LEAQ (R14)(DX*4), R14
-	ADDQ wStrideBytes+24(FP), R15
-	INCQ CX
-	CMPQ CX, nh+56(FP)
-	JLT hahead
-	ADDQ $4, R8
-	ADDQ R12, SI
-	DECQ R13
-	JNZ harow
-	VZEROUPPER
-	RET
+	HEADACCUM(4, F32_PREFETCH, F32_V8, F32_TAIL0, F32_V1)
