@@ -97,6 +97,7 @@ func TestUsageErrors(t *testing.T) {
 		{"generate", "--prompt", "x", "--max-tokens", "600"}, // beyond the 512-token context
 		{"generate", "--prompt", "x", "--temperature", "-1"},
 		{"generate", "--prompt", "x", "stray"},
+		{"generate", "--prompt", "x", "--kv-dtype", "q8_0"},
 		{"convert", "--type", "q3_k", "--out", "x.gguf"},
 		{"convert", "--random", "7B", "--out", "x.gguf"},
 		{"nosuchcommand"},

@@ -38,6 +38,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 type modelBench struct {
 	Model                 string  `json:"model"`
 	WeightType            string  `json:"weight_type"`
+	KVDType               string  `json:"kv_dtype"`
 	Threads               int     `json:"threads"`
 	Kernels               string  `json:"kernels"`
 	PromptTokens          int     `json:"prompt_tokens"`
@@ -77,6 +78,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	if *promptN < 1 || *genN < 1 || *reps < 1 {
 		return usagef("--prompt-tokens, --gen-tokens and --reps must be positive")
 	}
+	kvt, err := mf.kvType()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	m, err := model.Open(mf.model, mf.tokenizer)
 	if err != nil {
@@ -89,7 +94,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	pool := kernels.NewPool(mf.threads)
 	defer pool.Close()
 	r := m.NewRunner(pool, *promptN)
-	res := modelBench{Model: m.Name, WeightType: m.WeightType.String(), Threads: pool.Threads(), Kernels: kernels.Features(),
+	res := modelBench{Model: m.Name, WeightType: m.WeightType.String(), KVDType: kvt.String(), Threads: pool.Threads(), Kernels: kernels.Features(),
 		PromptTokens: *promptN, GenTokens: *genN, WeightBytesPerToken: m.WeightBytesPerToken()}
 
 	// Start to first token: load, one prompt pass, one sample; what a user
@@ -99,7 +104,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		prompt[i] = 3 + (i*7919)%(m.Config.Vocab-3) // deterministic, avoids special tokens
 	}
 	prompt[0] = max(0, m.Tokenizer.BOS())
-	cache := model.NewDenseCache(&m.Config, max(*promptN, 1+*genN))
+	cache, err := model.NewDenseCacheOf(&m.Config, max(*promptN, 1+*genN), kvt)
+	if err != nil {
+		return err
+	}
 	logits := make([]float32, m.Config.Vocab)
 	seq := &model.Seq{Tokens: prompt[:min(8, len(prompt))], Cache: cache, Logits: logits}
 	if err := r.Forward([]*model.Seq{seq}); err != nil {
@@ -163,7 +171,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		res.DecodeVsLlamaCpp = res.DecodeTokensPerS / pr.DecodeTokensPerS
 	}
 
-	fmt.Fprintf(stdout, "model            %s (%s weights, %s kernels, %d threads)\n", res.Model, res.WeightType, res.Kernels, res.Threads)
+	fmt.Fprintf(stdout, "model            %s (%s weights, %s KV cache, %s kernels, %d threads)\n", res.Model, res.WeightType, res.KVDType, res.Kernels, res.Threads)
 	fmt.Fprintf(stdout, "prefill          %.1f tokens/s (%d-token prompt, best of %d)\n", res.PrefillTokensPerS, *promptN, *reps)
 	fmt.Fprintf(stdout, "decode           %.1f tokens/s (%d tokens, best of %d)\n", res.DecodeTokensPerS, *genN, *reps)
 	fmt.Fprintf(stdout, "weights/token    %.1f MB\n", float64(res.WeightBytesPerToken)/1e6)

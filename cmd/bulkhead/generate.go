@@ -23,6 +23,7 @@ func init() {
 type modelFlags struct {
 	model, tokenizer string
 	threads          int
+	kvDType          string
 }
 
 func (m *modelFlags) register(fs interface {
@@ -32,6 +33,16 @@ func (m *modelFlags) register(fs interface {
 	fs.StringVar(&m.model, "model", "", "model file: GGUF, or a llama2.c checkpoint with --tokenizer (default: the embedded stories260K)")
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "llama2.c tokenizer file (only with a llama2.c --model)")
 	fs.IntVar(&m.threads, "threads", 0, "threads for matrix products (0: one per GOMAXPROCS, the CPUs this process may use)")
+	fs.StringVar(&m.kvDType, "kv-dtype", "f32", "KV cache element type: f32 (exact) or f16 (half the memory and attention traffic)")
+}
+
+// kvType parses --kv-dtype.
+func (m *modelFlags) kvType() (model.KVType, error) {
+	t, err := model.ParseKVType(m.kvDType)
+	if err != nil {
+		return 0, usagef("--kv-dtype: %v", err)
+	}
+	return t, nil
 }
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {
@@ -60,6 +71,10 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err := params.Validate(); err != nil {
 		return usageError{err}
 	}
+	kvt, err := mf.kvType()
+	if err != nil {
+		return err
+	}
 	m, err := model.Open(mf.model, mf.tokenizer)
 	if err != nil {
 		return err
@@ -72,7 +87,10 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	pool := kernels.NewPool(mf.threads)
 	defer pool.Close()
 	r := m.NewRunner(pool, min(len(ids), 512))
-	cache := model.NewDenseCache(&m.Config, len(ids)+*maxTokens)
+	cache, err := model.NewDenseCacheOf(&m.Config, len(ids)+*maxTokens, kvt)
+	if err != nil {
+		return err
+	}
 	out := bufio.NewWriter(stdout)
 	dec := m.Tokenizer.NewDecoder(ids[len(ids)-1])
 	var werr error

@@ -110,6 +110,16 @@ func TestGenerateGoldenEmbedded(t *testing.T) {
 	}
 }
 
+// TestGenerateGoldenF16KV: with an f16 KV cache every key and value is
+// rounded to binary16, yet on the shipped model the greedy text stays the
+// reference's, byte for byte (TestF16KVTracksF32 in internal/model checks
+// that the rounding really happens).
+func TestGenerateGoldenF16KV(t *testing.T) {
+	if n, lines := generateGolden(t, "--kv-dtype", "f16"); n != len(lines) {
+		t.Fatalf("%d of %d golden completions reproduced with --kv-dtype f16", n, len(lines))
+	}
+}
+
 func TestGenerateGoldenLlama2CFiles(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, tok := filepath.Join(dir, "stories260K.bin"), filepath.Join(dir, "tok512.bin")

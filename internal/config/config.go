@@ -129,6 +129,13 @@ type KV struct {
 	Pages int `yaml:"pages"`
 	// Scrub is ScrubZero (default), ScrubPoison or ScrubOff.
 	Scrub string `yaml:"scrub"`
+	// DType is the element type of cached keys and values: "f32" (default:
+	// attention sees exactly what the model computed, and greedy output
+	// matches the reference byte for byte) or "f16" (llama.cpp's default:
+	// half the memory, so twice the tokens for the same pages' bytes, and
+	// half the bytes attention reads and a transfer moves). A prefill and
+	// a decode server must use the same type.
+	DType string `yaml:"dtype"`
 }
 
 // PrefixCache configures the tenant-scoped prefix cache.
@@ -225,6 +232,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.KV.Scrub == "" {
 		c.KV.Scrub = ScrubZero
+	}
+	if c.KV.DType == "" {
+		c.KV.DType = "f32"
 	}
 	if c.Auth == "" {
 		c.Auth = AuthNone

@@ -77,6 +77,7 @@ func TestParseErrors(t *testing.T) {
 		{"auth none with tenants", "auth: none\ntenants:\n  - name: a\n    api_keys: [k1]\n", []string{"line 1", "auth", "require api_key"}},
 		{"api_key without tenants", "auth: api_key\n", []string{"no tenants"}},
 		{"bad scrub", "kv:\n  scrub: bleach\n", []string{"line 2", "kv.scrub", "bleach"}},
+		{"bad kv dtype", "kv:\n  dtype: q8_0\n", []string{"line 2", "kv.dtype", "q8_0", "f16"}},
 		{"share with unknown", "prefix_cache:\n  enabled: true\ntenants:\n  - name: a\n    api_keys: [k1]\n    share_prefix_cache_with: [zed]\n", []string{"line 6", `"zed"`}},
 		{"sharing without cache", "tenants:\n  - name: a\n    api_keys: [k1]\n    prefix_group: org\n", []string{"prefix_cache.enabled"}},
 		{"two documents", "context_len: 5\n---\ncontext_len: 6\n", []string{"more than one YAML document"}},

@@ -88,6 +88,9 @@ func (c *Config) validateScalars(v *validator) {
 	if !slices.Contains([]string{ScrubZero, ScrubPoison, ScrubOff}, c.KV.Scrub) {
 		v.fail("kv.scrub", "is %q; want zero, poison or off", c.KV.Scrub)
 	}
+	if !slices.Contains([]string{"f32", "f16"}, c.KV.DType) {
+		v.fail("kv.dtype", "is %q; want f32 or f16", c.KV.DType)
+	}
 	if !slices.Contains(logLevels, c.LogLevel) {
 		v.fail("log_level", "is %q; want one of %s", c.LogLevel, strings.Join(logLevels, ", "))
 	}

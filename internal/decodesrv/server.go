@@ -59,8 +59,9 @@ type Server struct {
 	ready   atomic.Bool
 	kvAddr  atomic.Value // string
 
-	layers, kvDim int
-	start         time.Time
+	layers int
+	kvDim  int // storage words per token per layer (kv.PoolConfig.RowWords)
+	start  time.Time
 
 	// The loop's state: touched only on the loop goroutine.
 	table *transfer.Table
@@ -104,7 +105,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		Model: m, Metrics: metrics.New(), cfg: cfg, log: log, opts: opts, auth: auth, limits: lim,
-		layers: m.Config.Layers, kvDim: m.Config.KVDim(), start: time.Now(),
+		layers: m.Config.Layers, start: time.Now(),
 		table: transfer.NewTable(transfer.TableConfig{}), res: map[transfer.ID]*reservation{}, conns: map[uint64]*kvConn{},
 		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]context.CancelFunc{},
 	}
@@ -113,6 +114,9 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		m.Close()
 		return nil, err
 	}
+	// Transfers count KV in the pool's storage words, so a pair whose
+	// cache types differ disagrees on OPEN's KVDim and never mixes bytes.
+	s.kvDim = s.Pool.Config().RowWords()
 	if s.Engine, s.threads, err = server.NewEngine(cfg, m, s.Pool, s.Metrics, lim, nil); err != nil {
 		m.Close()
 		return nil, err
@@ -232,7 +236,7 @@ func (s *Server) Info() peerapi.Info {
 	st := s.Engine.Stats()
 	return peerapi.Info{
 		Role: "decode", Protocol: peerapi.Protocol, Model: s.Model.Name, Fingerprint: s.Model.Fingerprint(),
-		Layers: s.layers, KVDim: s.kvDim, PageSize: s.cfg.KV.PageSize, Limits: s.limits,
+		Layers: s.layers, KVDim: s.Model.Config.KVDim(), KVType: s.Pool.Config().Type.String(), PageSize: s.cfg.KV.PageSize, Limits: s.limits,
 		KVAddr: s.kvAddr.Load().(string),
 		Load:   peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.live.Load())},
 	}

@@ -136,7 +136,7 @@ func BenchmarkIsolationCost(b *testing.B) {
 // BenchmarkBatchedDecode measures what continuous batching buys on the
 // random 110M-shape Q8_0 model: aggregate decode tokens/s of 1, 8 and 32
 // concurrent streams (8-token prompts, 128 new tokens each) through the
-// engine alone, without HTTP. The 32-stream figure over the 1-stream one is
+// engine alone, without HTTP, with an f32 and an f16 KV cache. The 32-stream figure over the 1-stream one is
 // the batching gain; `bulkhead bench load` measures the same through the
 // API.
 //
@@ -145,16 +145,20 @@ func BenchmarkBatchedDecode(b *testing.B) {
 	m := benchModel(b, "110M")
 	const poolTokens = 32 * 160
 	lim := Limits{ContextLen: 512, MaxInputTokens: 512, PoolTokens: poolTokens}
-	e := startBenchEngine(b, m, kv.ConfigFor(&m.Config, poolTokens, 16), lim, 64)
-	for _, streams := range []int{1, 8, 32} {
-		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
-			tokens := 0
-			var d time.Duration
-			for i := 0; i < b.N; i++ {
-				n, t := benchRound(b, e, streams, 8, 128)
-				tokens, d = tokens+n, d+t
-			}
-			b.ReportMetric(float64(tokens)/d.Seconds(), "tokens/s")
-		})
+	for _, kvt := range []model.KVType{model.KVF32, model.KVF16} {
+		pc := kv.ConfigFor(&m.Config, poolTokens, 16)
+		pc.Type = kvt
+		e := startBenchEngine(b, m, pc, lim, 64)
+		for _, streams := range []int{1, 8, 32} {
+			b.Run(fmt.Sprintf("kv=%v/streams=%d", kvt, streams), func(b *testing.B) {
+				tokens := 0
+				var d time.Duration
+				for i := 0; i < b.N; i++ {
+					n, t := benchRound(b, e, streams, 8, 128)
+					tokens, d = tokens+n, d+t
+				}
+				b.ReportMetric(float64(tokens)/d.Seconds(), "tokens/s")
+			})
+		}
 	}
 }

@@ -130,7 +130,7 @@ func (l *Lease) Spans(dst []model.Span, layer, n int) ([]model.Span, error) {
 	dst = slices.Grow(dst, len(pages))
 	for j, e := range pages {
 		k, v := p.span(e.page, layer, 0, min(ps, n-j*ps))
-		dst = append(dst, model.Span{K: k, V: v})
+		dst = append(dst, model.Span{K: k, V: v, Type: p.cfg.Type})
 	}
 	return dst, nil
 }

@@ -14,7 +14,12 @@ type PoolConfig struct {
 	Pages    int // number of pages
 	PageSize int // tokens per page
 	Layers   int // transformer layers (model.Config.Layers)
-	KVDim    int // floats per token per layer, for K and again for V (model.Config.KVDim())
+	KVDim    int // elements per token per layer, for K and again for V (model.Config.KVDim())
+
+	// Type is the element type of the stored keys and values; the zero
+	// value is float32. The pool itself only moves 4-byte storage words
+	// (Type.Words(KVDim) per token per layer): it never reads the numbers.
+	Type model.KVType
 
 	// Scrub is how freed pages are cleaned; the zero value poisons.
 	Scrub ScrubMode
@@ -33,6 +38,16 @@ type PoolConfig struct {
 // number of pages of pageSize tokens.
 func ConfigFor(c *model.Config, pages, pageSize int) PoolConfig {
 	return PoolConfig{Pages: pages, PageSize: pageSize, Layers: c.Layers, KVDim: c.KVDim()}
+}
+
+// RowWords is the number of storage words of one token's keys (and again
+// of its values) in one layer: what ReadTokens, WriteTokens, Slot and the
+// spans count in, and the unit the transfer protocol moves.
+func (c PoolConfig) RowWords() int { return c.Type.Words(c.KVDim) }
+
+// Bytes is the memory the pool's pages take.
+func (c PoolConfig) Bytes() int64 {
+	return 2 * int64(c.Pages) * int64(c.PageSize) * int64(c.Layers) * int64(c.RowWords()) * 4
 }
 
 // Owner names who a page belongs to: an engine request of a tenant, or (for
@@ -87,8 +102,9 @@ type page struct {
 type Pool struct {
 	mu       sync.Mutex
 	cfg      PoolConfig
-	pageLen  int // floats per page per K (or V): Layers*PageSize*KVDim
-	layerLen int // floats per page per layer: PageSize*KVDim
+	words    int // storage words per token per layer: cfg.RowWords()
+	pageLen  int // words per page per K (or V): Layers*PageSize*words
+	layerLen int // words per page per layer: PageSize*words
 	k, v     []float32
 	pages    []page
 	free     []int32 // LIFO: recently freed pages are reused first, which makes stale reads show up soonest in tests
@@ -105,11 +121,14 @@ type Pool struct {
 }
 
 // NewPool allocates the pool's memory: 2 × Pages × PageSize × Layers × KVDim
-// float32s.
+// elements of cfg.Type.
 func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.Pages <= 0 || cfg.PageSize <= 0 || cfg.Layers <= 0 || cfg.KVDim <= 0 {
 		return nil, fmt.Errorf("%w: pages %d, page size %d, layers %d, kv dim %d must all be positive",
 			ErrConfig, cfg.Pages, cfg.PageSize, cfg.Layers, cfg.KVDim)
+	}
+	if err := model.CheckKVLayout(cfg.Type, cfg.KVDim); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if cfg.Scrub > ScrubOff {
 		return nil, fmt.Errorf("%w: unknown scrub mode %d", ErrConfig, cfg.Scrub)
@@ -117,7 +136,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.Pages > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: %d pages, at most %d", ErrConfig, cfg.Pages, math.MaxInt32)
 	}
-	layerLen, ok := mul(cfg.PageSize, cfg.KVDim)
+	layerLen, ok := mul(cfg.PageSize, cfg.RowWords())
 	pageLen, ok2 := mul(layerLen, cfg.Layers)
 	total, ok3 := mul(pageLen, cfg.Pages)
 	if !ok || !ok2 || !ok3 || total > math.MaxInt/8 {
@@ -126,6 +145,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	}
 	p := &Pool{
 		cfg:       cfg,
+		words:     cfg.RowWords(),
 		pageLen:   pageLen,
 		layerLen:  layerLen,
 		k:         make([]float32, total),
@@ -268,7 +288,7 @@ func (p *Pool) check(e entry) error {
 // reslice past the end into the next page (someone else's).
 func (p *Pool) span(i int32, layer, from, to int) (k, v []float32) {
 	base := int(i)*p.pageLen + layer*p.layerLen
-	lo, hi := base+from*p.cfg.KVDim, base+to*p.cfg.KVDim
+	lo, hi := base+from*p.words, base+to*p.words
 	return p.k[lo:hi:hi], p.v[lo:hi:hi]
 }
 

@@ -36,7 +36,10 @@ func (m ScrubMode) String() string {
 // The poison word for index i is a quiet NaN (exponent all ones, bit 22
 // set) whose low 22 bits hold a 2-bit chunk index and 20 bits of the
 // request id. Four consecutive words therefore carry all 64 bits, and any
-// four consecutive words of a poisoned page decode on their own.
+// four consecutive words of a poisoned page decode on their own. In an f16
+// pool (two binary16 elements per word) the upper half of every word,
+// 0x7FCx, is a binary16 NaN too, so a stale read poisons attention there
+// as well.
 const (
 	poisonBase  = 0x7FC00000
 	poisonChunk = 20

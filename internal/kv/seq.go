@@ -188,6 +188,9 @@ func (s *Seq) markWritten(layer, from, to int) {
 	s.filled[layer] = f
 }
 
+// KVType implements model.SeqCache.
+func (s *Seq) KVType() model.KVType { return s.pool.cfg.Type }
+
 // Slot implements model.SeqCache: it returns the storage for position pos
 // of layer and marks it written. It fails on a shared page (ErrReadOnly)
 // and on a page whose tag does not match (ErrOwnership).
@@ -239,7 +242,7 @@ func (s *Seq) Spans(dst []model.Span, layer, n int) ([]model.Span, error) {
 	dst = slices.Grow(dst, pages)
 	for j, e := range s.table[:pages] {
 		k, v := p.span(e.page, layer, 0, min(ps, n-j*ps))
-		dst = append(dst, model.Span{K: k, V: v})
+		dst = append(dst, model.Span{K: k, V: v, Type: p.cfg.Type})
 	}
 	return dst, nil
 }
@@ -275,7 +278,7 @@ func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, e
 		j := pos / ps
 		end := min(to, (j+1)*ps)
 		k, v := p.span(s.table[j].page, layer, pos-j*ps, end-j*ps)
-		dst = append(dst, model.Span{K: k, V: v})
+		dst = append(dst, model.Span{K: k, V: v, Type: p.cfg.Type})
 		pos = end
 	}
 	return dst, nil
@@ -297,7 +300,7 @@ func (p *Pool) checkRange(table []entry, from, to int) error {
 // and the flat buffers k, v ([token][kvdim]). The caller holds mu and has
 // range- and tag-checked everything.
 func (p *Pool) copyTokens(table []entry, layer, from, to int, k, v []float32, write bool) {
-	ps, kd := p.cfg.PageSize, p.cfg.KVDim
+	ps, kd := p.cfg.PageSize, p.words
 	for pos := from; pos < to; {
 		j := pos / ps
 		end := min(to, (j+1)*ps)
@@ -321,14 +324,15 @@ func (p *Pool) checkCopy(layer, from, to, limit int, k, v []float32) error {
 	if from < 0 || from > to || to > limit {
 		return fmt.Errorf("%w: tokens [%d, %d) of %d", ErrRange, from, to, limit)
 	}
-	if n := (to - from) * p.cfg.KVDim; len(k) < n || len(v) < n {
-		return fmt.Errorf("%w: tokens [%d, %d) need %d floats, buffers hold %d and %d", ErrRange, from, to, n, len(k), len(v))
+	if n := (to - from) * p.words; len(k) < n || len(v) < n {
+		return fmt.Errorf("%w: tokens [%d, %d) need %d words, buffers hold %d and %d", ErrRange, from, to, n, len(k), len(v))
 	}
 	return nil
 }
 
 // ReadTokens copies the keys and values of positions [from, to) of layer
-// into k and v, token-major, whatever pages they live on. The positions
+// into k and v, token-major in storage words (PoolConfig.RowWords per
+// token), whatever pages they live on. The positions
 // must have been written.
 func (s *Seq) ReadTokens(layer, from, to int, k, v []float32) error {
 	p := s.pool
@@ -347,7 +351,7 @@ func (s *Seq) ReadTokens(layer, from, to int, k, v []float32) error {
 	return nil
 }
 
-// WriteTokens copies k and v (token-major) into positions [from, to) of
+// WriteTokens copies k and v (token-major storage words) into positions [from, to) of
 // layer, for importing transferred KV into a reserved sequence. Positions
 // may arrive in any order; they become readable once contiguous from 0.
 func (s *Seq) WriteTokens(layer, from, to int, k, v []float32) error {

@@ -3,14 +3,16 @@ package model
 import "fmt"
 
 // Span is a run of consecutive positions of one layer's keys and values,
-// laid out token-major: K[t*KVDim:(t+1)*KVDim] is the key of the span's t-th
-// token. K and V always have the same length.
+// laid out token-major in storage words (see KVType): with w =
+// Type.Words(KVDim) words per token, K[t*w:(t+1)*w] is the key of the
+// span's t-th token. K and V always have the same length.
 type Span struct {
 	K, V []float32
+	Type KVType
 }
 
 // Tokens is the number of positions the span holds.
-func (s Span) Tokens(kvDim int) int { return len(s.K) / kvDim }
+func (s Span) Tokens(kvDim int) int { return len(s.K) / s.Type.Words(kvDim) }
 
 // SeqCache is one sequence's key/value storage as the forward pass sees it.
 //
@@ -21,8 +23,11 @@ func (s Span) Tokens(kvDim int) int { return len(s.K) / kvDim }
 // owner tag once per page, so a stale or foreign page fails the request
 // instead of feeding attention.
 type SeqCache interface {
+	// KVType is the element type the cache stores.
+	KVType() KVType
 	// Slot returns the storage for the key and value of position pos in
-	// layer, each KVDim floats, for the forward pass to fill.
+	// layer, each KVType().Words(KVDim) words, for the forward pass to
+	// fill.
 	Slot(layer, pos int) (k, v []float32, err error)
 	// Spans appends to dst the stored keys and values of positions [0, n) of
 	// layer, in position order, and returns the extended slice.
@@ -33,16 +38,34 @@ type SeqCache interface {
 // used by `bulkhead generate` and as the reference that paged storage must
 // agree with bit for bit.
 type DenseCache struct {
-	kvDim, capacity int
-	k, v            []float32 // [layer][pos][kvDim]
+	typ             KVType
+	kvDim, capacity int       // kvDim in storage words
+	k, v            []float32 // [layer][pos][kvDim words]
 }
 
-// NewDenseCache returns storage for up to capacity positions of a model with
-// the given shape.
+// NewDenseCache returns float32 storage for up to capacity positions of a
+// model with the given shape.
 func NewDenseCache(c *Config, capacity int) *DenseCache {
-	n := c.Layers * capacity * c.KVDim()
-	return &DenseCache{kvDim: c.KVDim(), capacity: capacity, k: make([]float32, n), v: make([]float32, n)}
+	d, err := NewDenseCacheOf(c, capacity, KVF32)
+	if err != nil {
+		panic(err) // f32 fits every layout
+	}
+	return d
 }
+
+// NewDenseCacheOf returns storage of element type t for up to capacity
+// positions of a model with the given shape.
+func NewDenseCacheOf(c *Config, capacity int, t KVType) (*DenseCache, error) {
+	if err := CheckKVLayout(t, c.KVDim()); err != nil {
+		return nil, err
+	}
+	w := t.Words(c.KVDim())
+	n := c.Layers * capacity * w
+	return &DenseCache{typ: t, kvDim: w, capacity: capacity, k: make([]float32, n), v: make([]float32, n)}, nil
+}
+
+// KVType implements SeqCache.
+func (d *DenseCache) KVType() KVType { return d.typ }
 
 // Capacity is the number of positions the cache can hold.
 func (d *DenseCache) Capacity() int { return d.capacity }
@@ -62,5 +85,5 @@ func (d *DenseCache) Spans(dst []Span, layer, n int) ([]Span, error) {
 		return dst, fmt.Errorf("kv cache: %d positions requested, capacity %d", n, d.capacity)
 	}
 	off := layer * d.capacity * d.kvDim
-	return append(dst, Span{K: d.k[off : off+n*d.kvDim], V: d.v[off : off+n*d.kvDim]}), nil
+	return append(dst, Span{K: d.k[off : off+n*d.kvDim], V: d.v[off : off+n*d.kvDim], Type: d.typ}), nil
 }

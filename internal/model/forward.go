@@ -242,6 +242,7 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	row := 0
 	for i, s := range seqs {
 		if !r.failed[i] {
+			f16 := s.Cache.KVType() == KVF16
 			for j := range s.Tokens {
 				t := row + j
 				kd, vd, err := s.Cache.Slot(l, s.Pos+j)
@@ -249,8 +250,13 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 					r.fail(i, s, err)
 					break
 				}
-				copy(kd, r.k[t*KVD:(t+1)*KVD])
-				copy(vd, r.v[t*KVD:(t+1)*KVD])
+				if f16 {
+					kernels.ToF16(halves(kd), r.k[t*KVD:(t+1)*KVD])
+					kernels.ToF16(halves(vd), r.v[t*KVD:(t+1)*KVD])
+				} else {
+					copy(kd, r.k[t*KVD:(t+1)*KVD])
+					copy(vd, r.v[t*KVD:(t+1)*KVD])
+				}
 			}
 		}
 		if !r.failed[i] {
@@ -321,11 +327,15 @@ func (r *Runner) attend(chunk, lo, hi int) {
 		// grouping change nothing.
 		p := 0
 		for _, sp := range spans {
-			nt := min(len(sp.K)/KVD, n-p)
+			nt := min(sp.Tokens(KVD), n-p)
 			if nt <= 0 {
 				break
 			}
-			kernels.HeadScores(scores[p:], n, q, HD, sp.K, KVD, offs, nt)
+			if sp.Type == KVF16 {
+				kernels.HeadScoresF16(scores[p:], n, q, HD, halves(sp.K), KVD, offs, nt)
+			} else {
+				kernels.HeadScores(scores[p:], n, q, HD, sp.K, KVD, offs, nt)
+			}
 			p += nt
 		}
 		for h := 0; h < h1-h0; h++ {
@@ -338,11 +348,15 @@ func (r *Runner) attend(chunk, lo, hi int) {
 		clear(o)
 		p = 0
 		for _, sp := range spans {
-			nt := min(len(sp.V)/KVD, n-p)
+			nt := min(sp.Tokens(KVD), n-p)
 			if nt <= 0 {
 				break
 			}
-			kernels.HeadAccum(o, HD, scores[p:], n, sp.V, KVD, offs, nt)
+			if sp.Type == KVF16 {
+				kernels.HeadAccumF16(o, HD, scores[p:], n, halves(sp.V), KVD, offs, nt)
+			} else {
+				kernels.HeadAccum(o, HD, scores[p:], n, sp.V, KVD, offs, nt)
+			}
 			p += nt
 		}
 	}

@@ -40,9 +40,12 @@ func randomModel(t testing.TB, s convert.Shape, dt tensor.DType) *model.Model {
 
 // logitsAlone runs one sequence's tokens alone, one token per forward
 // pass, and returns the logits after each token.
-func logitsAlone(t testing.TB, m *model.Model, threads *kernels.Pool, tokens []int) [][]float32 {
+func logitsAlone(t testing.TB, m *model.Model, threads *kernels.Pool, tokens []int, kvt model.KVType) [][]float32 {
 	r := m.NewRunner(threads, 1)
-	cache := model.NewDenseCache(&m.Config, len(tokens))
+	cache, err := model.NewDenseCacheOf(&m.Config, len(tokens), kvt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out [][]float32
 	for i, tok := range tokens {
 		l := make([]float32, m.Config.Vocab)
@@ -59,7 +62,7 @@ func logitsAlone(t testing.TB, m *model.Model, threads *kernels.Pool, tokens []i
 // mixed batches (prompt chunks beside single decode tokens, at different
 // positions, with different thread counts) and requires every logit to be
 // bit-for-bit what the sequence produced alone.
-func checkBatchInvariance(t *testing.T, m *model.Model, nseq, length int) {
+func checkBatchInvariance(t *testing.T, m *model.Model, nseq, length int, kvt model.KVType) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	seqs := make([][]int, nseq)
 	for i := range seqs {
@@ -73,7 +76,7 @@ func checkBatchInvariance(t *testing.T, m *model.Model, nseq, length int) {
 	defer one.Close()
 	want := make([][][]float32, nseq)
 	for i, s := range seqs {
-		want[i] = logitsAlone(t, m, one, s)
+		want[i] = logitsAlone(t, m, one, s, kvt)
 	}
 	for _, threads := range []int{1, 2} {
 		pool := kernels.NewPool(threads)
@@ -81,7 +84,10 @@ func checkBatchInvariance(t *testing.T, m *model.Model, nseq, length int) {
 		caches := make([]*model.DenseCache, nseq)
 		fed := make([]int, nseq)
 		for i := range caches {
-			caches[i] = model.NewDenseCache(&m.Config, len(seqs[i]))
+			var err error
+			if caches[i], err = model.NewDenseCacheOf(&m.Config, len(seqs[i]), kvt); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for step := 0; ; step++ {
 			var batch []*model.Seq
@@ -133,7 +139,8 @@ func TestBatchInvarianceStories260K(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkBatchInvariance(t, m, 6, 40)
+	checkBatchInvariance(t, m, 6, 40, model.KVF32)
+	checkBatchInvariance(t, m, 6, 40, model.KVF16)
 }
 
 func TestBatchInvarianceRandom110MQ8(t *testing.T) {
@@ -141,14 +148,15 @@ func TestBatchInvarianceRandom110MQ8(t *testing.T) {
 		t.Skip("builds a 110M-parameter model")
 	}
 	m := randomModel(t, convert.Shapes["110M"], tensor.Q8_0)
-	checkBatchInvariance(t, m, 3, 12)
+	checkBatchInvariance(t, m, 3, 12, model.KVF32)
 }
 
 func TestBatchInvarianceRandomGQAF16(t *testing.T) {
 	// The 1.1B layout (32 query heads over 4 KV heads) at a small width.
 	s := convert.Shape{Name: "gqa-small", Dim: 256, Hidden: 512, Layers: 2, Heads: 32, KVHeads: 4, Vocab: 600, ContextLen: 64}
 	m := randomModel(t, s, tensor.F16)
-	checkBatchInvariance(t, m, 4, 16)
+	checkBatchInvariance(t, m, 4, 16, model.KVF32)
+	checkBatchInvariance(t, m, 4, 16, model.KVF16)
 }
 
 func TestFingerprint(t *testing.T) {

@@ -37,7 +37,10 @@ type Info struct {
 	Fingerprint string `json:"fingerprint"`
 	Layers      int    `json:"layers"`
 	KVDim       int    `json:"kv_dim"`
-	PageSize    int    `json:"page_size"`
+	// KVType is the cache's element type ("f32" or "f16"): the transfer
+	// moves the cache's bytes as they are, so both sides must agree.
+	KVType   string `json:"kv_type"`
+	PageSize int    `json:"page_size"`
 	// Limits are this peer's own admission limits; a pair's effective
 	// limits are the minimum of both (engine.Limits.Min).
 	Limits engine.Limits `json:"limits"`

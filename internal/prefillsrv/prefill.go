@@ -181,7 +181,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	}
 	snd, err := transfer.NewSender(transfer.SenderConfig{
 		ID: id, Tenant: req.Tenant, Tokens: h.Tokens, MaxTokens: s.limits.MaxInputTokens,
-		Layers: s.Model.Config.Layers, KVDim: s.Model.Config.KVDim(), FirstToken: int32(h.FirstToken),
+		Layers: s.Model.Config.Layers, KVDim: s.Pool.Config().RowWords(), FirstToken: int32(h.FirstToken),
 		Source: h.Lease, MaxFrameBytes: s.cfg.Peers.FrameBytes, Window: s.cfg.Peers.Window,
 		Lease: timeout, Retry: s.opts.Retry,
 	})

@@ -191,7 +191,7 @@ func (s *Server) Info() peerapi.Info {
 	st := s.Engine.Stats()
 	return peerapi.Info{
 		Role: "prefill", Protocol: peerapi.Protocol, Model: s.Model.Name, Fingerprint: s.Model.Fingerprint(),
-		Layers: s.Model.Config.Layers, KVDim: s.Model.Config.KVDim(), PageSize: s.cfg.KV.PageSize, Limits: s.limits,
+		Layers: s.Model.Config.Layers, KVDim: s.Model.Config.KVDim(), KVType: s.Pool.Config().Type.String(), PageSize: s.cfg.KV.PageSize, Limits: s.limits,
 		Load: peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.sending.Load())},
 	}
 }

@@ -222,8 +222,8 @@ func compatible(role string, ref, info peerapi.Info, fingerprint string) string 
 	} else if info.Fingerprint != ref.Fingerprint {
 		bad = append(bad, fmt.Sprintf("serves model %s with fingerprint %s, others have %s", info.Model, short(info.Fingerprint), short(ref.Fingerprint)))
 	}
-	if info.Layers != ref.Layers || info.KVDim != ref.KVDim {
-		bad = append(bad, fmt.Sprintf("has KV layout %d layers × %d, others have %d × %d", info.Layers, info.KVDim, ref.Layers, ref.KVDim))
+	if info.Layers != ref.Layers || info.KVDim != ref.KVDim || info.KVType != ref.KVType {
+		bad = append(bad, fmt.Sprintf("has KV layout %d layers × %d %s, others have %d × %d %s", info.Layers, info.KVDim, info.KVType, ref.Layers, ref.KVDim, ref.KVType))
 	}
 	if role == RoleDecode && info.KVAddr == "" {
 		bad = append(bad, "announces no KV address")

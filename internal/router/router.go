@@ -205,8 +205,8 @@ func (r *Router) handshake(ctx context.Context) error {
 		p.info, p.up = infos[i], true
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("router: refusing to start: the peers do not form one deployment (reference: %s %s, model %s, fingerprint %s, protocol %d, %d layers × kv_dim %d):\n  %s",
-			peers[0].role, peers[0].addr, r.ref.Model, short(r.ref.Fingerprint), r.ref.Protocol, r.ref.Layers, r.ref.KVDim, strings.Join(bad, "\n  "))
+		return fmt.Errorf("router: refusing to start: the peers do not form one deployment (reference: %s %s, model %s, fingerprint %s, protocol %d, %d layers × kv_dim %d, kv dtype %s):\n  %s",
+			peers[0].role, peers[0].addr, r.ref.Model, short(r.ref.Fingerprint), r.ref.Protocol, r.ref.Layers, r.ref.KVDim, r.ref.KVType, strings.Join(bad, "\n  "))
 	}
 	r.limits = lim
 	r.log.Info("handshake complete", "prefill", len(r.prefill), "decode", len(r.decode), "model", r.ref.Model,

@@ -284,6 +284,7 @@ func TestHandshakeRefusesMismatchedPeers(t *testing.T) {
 		"fingerprint": func(i *peerapi.Info) { i.Fingerprint = "fp-" + i.Role },
 		"kv_dim":      func(i *peerapi.Info) { i.KVDim = map[string]int{RolePrefill: 64, RoleDecode: 32}[i.Role] },
 		"layers":      func(i *peerapi.Info) { i.Layers = map[string]int{RolePrefill: 5, RoleDecode: 6}[i.Role] },
+		"kv_type":     func(i *peerapi.Info) { i.KVType = map[string]string{RolePrefill: "f16", RoleDecode: "f32"}[i.Role] },
 		"protocol":    func(i *peerapi.Info) { i.Protocol = map[string]int{RolePrefill: 1, RoleDecode: 2}[i.Role] },
 		"role":        func(i *peerapi.Info) { i.Role = RoleDecode },
 	} {

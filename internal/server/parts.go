@@ -22,6 +22,10 @@ import (
 // live lease count.
 func NewPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics) (*kv.Pool, error) {
 	pc := kv.ConfigFor(&m.Config, cfg.KV.Pages, cfg.KV.PageSize)
+	var err error
+	if pc.Type, err = model.ParseKVType(cfg.KV.DType); err != nil {
+		return nil, err
+	}
 	switch cfg.KV.Scrub {
 	case config.ScrubPoison:
 		pc.Scrub = kv.ScrubPoison
@@ -52,6 +56,9 @@ func NewPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics) (*kv.Pool
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "kv_pool_pages",
 			Help: "Pages in the KV pool."},
 			func() float64 { return float64(cfg.KV.Pages) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "kv_pool_bytes",
+			Help: "Memory of the KV pool's pages (keys and values, all layers), in bytes: half as much with kv.dtype f16.", ConstLabels: prometheus.Labels{"dtype": pc.Type.String()}},
+			func() float64 { return float64(pc.Bytes()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace, Name: "kv_leases",
 			Help: "Leases pinning KV pages (prefill KV awaiting a decode acknowledgement). 0 when idle."},
 			func() float64 { return float64(pool.Stats().Leases) }),

@@ -20,6 +20,11 @@
 //     of a kv.Lease instead of a copy (alias.go), and the read-back that
 //     folds the receiver's digest as the KV lands (readback.go).
 //
+// KV is moved as the cache stores it, in 4-byte words: "kvdim" throughout
+// counts words per token per layer (kv.PoolConfig.RowWords), so an f32
+// and an f16 cache differ only in how many there are. Nothing here ever
+// reads the numbers.
+//
 // The hot path reads every byte of KV as few times as the checks allow.
 // Prefill: the Sender checksums each K and V vector of a frame once, in
 // the pinned pages, and combines the checksums into both the frame's CRC

@@ -26,7 +26,10 @@ type SenderConfig struct {
 	// MaxTokens is the prefill side's own input limit (0: none). A
 	// transfer over it fails at Start with CodeTooLong and sends nothing:
 	// never a shorter stand-in.
-	MaxTokens     int
+	MaxTokens int
+	// Layers and KVDim are the KV layout; KVDim counts 4-byte storage
+	// words per token per layer (kv.PoolConfig.RowWords), which is what
+	// makes the protocol indifferent to the cache's element type.
 	Layers, KVDim int
 	FirstToken    int32
 	// Source reads the prefill KV; a kv.Lease taken when prefill finished
