@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"pgregory.net/rapid"
 )
 
@@ -506,10 +507,18 @@ func (m *machine) check(t *rapid.T) {
 
 func TestPoolStateMachine(t *testing.T) {
 	ran := map[string]int{}
-	for _, mode := range []ScrubMode{ScrubPoison, ScrubZero} {
-		t.Run(mode.String(), func(t *testing.T) {
+	// The machine counts in storage words (pmKVDim per token): an f32 pool
+	// of pmKVDim elements and an f16 pool of twice as many hold the same.
+	type variant struct {
+		mode  ScrubMode
+		typ   model.KVType
+		kvDim int
+	}
+	for _, vr := range []variant{{ScrubPoison, model.KVF32, pmKVDim}, {ScrubZero, model.KVF32, pmKVDim}, {ScrubPoison, model.KVF16, 2 * pmKVDim}} {
+		mode := vr.mode
+		t.Run(mode.String()+"/"+vr.typ.String(), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
-				p, err := NewPool(PoolConfig{Pages: pmPages, PageSize: pmPageSize, Layers: pmLayers, KVDim: pmKVDim,
+				p, err := NewPool(PoolConfig{Pages: pmPages, PageSize: pmPageSize, Layers: pmLayers, KVDim: vr.kvDim, Type: vr.typ,
 					Scrub: mode, TenantPages: map[string]int{"B": pmQuotaB}})
 				if err != nil {
 					t.Fatal(err)
