@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/convert"
@@ -10,39 +11,49 @@ import (
 )
 
 // BenchmarkDecode110M measures single-stream decode of the 110M shape in
-// Q8_0 at positions 1 to 256 (llama-bench's tg256), reporting weight bytes read per second (the
+// Q8_0 at positions 1 to 256 (llama-bench's tg256), with an f32 and an f16
+// KV cache, reporting weight bytes read per second (the
 // memory-bandwidth bound is the physical limit), and checks the forward
 // pass allocates nothing per token.
 //
 //	go test -run '^$' -bench Decode110M -benchmem ./internal/model/
 func BenchmarkDecode110M(b *testing.B) {
 	m := randomModel(b, convert.Shapes["110M"], tensor.Q8_0)
-	for _, threads := range []int{1, 2} {
-		b.Run(map[int]string{1: "threads=1", 2: "threads=2"}[threads], func(b *testing.B) {
-			pool := kernels.NewPool(threads)
-			defer pool.Close()
-			r := m.NewRunner(pool, 256)
-			cache := model.NewDenseCache(&m.Config, 1024)
-			prompt := make([]int, 256)
-			for i := range prompt {
-				prompt[i] = 3 + i
-			}
-			logits := make([]float32, m.Config.Vocab)
-			seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
+	for _, kvt := range []model.KVType{model.KVF32, model.KVF16} {
+		for _, threads := range []int{1, 2} {
+			decode110M(b, m, kvt, threads)
+		}
+	}
+}
+
+func decode110M(b *testing.B, m *model.Model, kvt model.KVType, threads int) {
+	b.Run(fmt.Sprintf("kv=%v/threads=%d", kvt, threads), func(b *testing.B) {
+		pool := kernels.NewPool(threads)
+		defer pool.Close()
+		r := m.NewRunner(pool, 256)
+		cache, err := model.NewDenseCacheOf(&m.Config, 1024, kvt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prompt := make([]int, 256)
+		for i := range prompt {
+			prompt[i] = 3 + i
+		}
+		logits := make([]float32, m.Config.Vocab)
+		seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
+		if err := r.Forward([]*model.Seq{seq}); err != nil {
+			b.Fatal(err)
+		}
+		tok := []int{5}
+		b.SetBytes(m.WeightBytesPerToken())
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			seq.Tokens, seq.Pos = tok, 1+i%256
 			if err := r.Forward([]*model.Seq{seq}); err != nil {
 				b.Fatal(err)
 			}
-			tok := []int{5}
-			b.SetBytes(m.WeightBytesPerToken())
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				seq.Tokens, seq.Pos = tok, 1+i%256
-				if err := r.Forward([]*model.Seq{seq}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
-		})
-	}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+	})
 }
