@@ -55,9 +55,9 @@ type Config struct {
 // KVDim is the width of one token's key (or value) in one layer.
 func (c *Config) KVDim() int { return c.KVHeads * c.HeadDim }
 
-// KVBytesPerToken is the float32 KV storage one token needs across all
-// layers, keys and values together.
-func (c *Config) KVBytesPerToken() int { return 2 * c.Layers * c.KVDim() * 4 }
+// KVBytesPerToken is the KV storage one token needs across all layers,
+// keys and values, in a cache of type t.
+func (c *Config) KVBytesPerToken(t KVType) int { return 2 * c.Layers * c.KVDim() * t.Size() }
 
 // Validate checks that the shape is internally consistent, so that the
 // forward pass can trust it.

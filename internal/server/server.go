@@ -51,6 +51,7 @@ type Plan struct {
 	Limits         engine.Limits
 	Pages          int
 	PageSize       int
+	KVType         model.KVType
 	KVBytes        int64
 	WeightBytes    int64
 	FullContextFit int // full-context requests the pool holds at once
@@ -64,9 +65,9 @@ func (p Plan) String() string {
 	for _, n := range p.Notes {
 		notes += "; note: " + n
 	}
-	return fmt.Sprintf("model %s (context %d); context_len %d, max_input_tokens %d; KV pool %d pages × %d tokens = %d tokens (%.1f MiB), %d full-context request(s) at once; weights %.1f MiB%s",
+	return fmt.Sprintf("model %s (context %d); context_len %d, max_input_tokens %d; KV pool %d pages × %d tokens = %d tokens (%.1f MiB of %v), %d full-context request(s) at once; weights %.1f MiB%s",
 		p.Model, p.ModelContext, p.Limits.ContextLen, p.Limits.MaxInputTokens, p.Pages, p.PageSize, p.Limits.PoolTokens,
-		float64(p.KVBytes)/(1<<20), p.FullContextFit, float64(p.WeightBytes)/(1<<20), notes)
+		float64(p.KVBytes)/(1<<20), p.KVType, p.FullContextFit, float64(p.WeightBytes)/(1<<20), notes)
 }
 
 // LoadModel opens the configured model (the embedded one when none is
@@ -92,10 +93,17 @@ func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
 		return Plan{}, fmt.Errorf("preflight: %w", err)
 	}
 	lim := Limits(cfg)
+	kvt, err := model.ParseKVType(cfg.KV.DType)
+	if err == nil {
+		err = model.CheckKVLayout(kvt, m.Config.KVDim())
+	}
+	if err != nil {
+		return Plan{}, fmt.Errorf("preflight: kv.dtype: %w", err)
+	}
 	p := Plan{
 		Model: m.Name, ModelContext: m.Config.ContextLen, Limits: lim,
-		Pages: cfg.KV.Pages, PageSize: cfg.KV.PageSize,
-		KVBytes:     int64(cfg.KV.Pages) * int64(cfg.KV.PageSize) * int64(m.Config.KVBytesPerToken()),
+		Pages: cfg.KV.Pages, PageSize: cfg.KV.PageSize, KVType: kvt,
+		KVBytes:     int64(cfg.KV.Pages) * int64(cfg.KV.PageSize) * int64(m.Config.KVBytesPerToken(kvt)),
 		WeightBytes: m.WeightBytesPerToken(),
 	}
 	p.FullContextFit = lim.PoolTokens / (((lim.ContextLen + cfg.KV.PageSize - 1) / cfg.KV.PageSize) * cfg.KV.PageSize)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 )
 
 func TestPreflight(t *testing.T) {
@@ -25,6 +26,17 @@ func TestPreflight(t *testing.T) {
 	}
 	if len(plan.Notes) != 1 || !strings.Contains(plan.Notes[0], "tenant small") || !strings.Contains(plan.String(), "note: tenant small") {
 		t.Fatalf("notes %q, plan %s", plan.Notes, plan)
+	}
+
+	// An f16 cache: the same tokens in half the bytes.
+	f16 := *cfg
+	f16.KV.DType = "f16"
+	p16, err := Preflight(&f16, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(256 * m.Config.KVBytesPerToken(model.KVF32)); plan.KVBytes != want || p16.KVBytes != want/2 || !strings.Contains(p16.String(), "of f16") {
+		t.Fatalf("KV bytes: f32 %d, f16 %d (%s); want %d and %d", plan.KVBytes, p16.KVBytes, p16, want, want/2)
 	}
 
 	// One page short of a full-context request: refused, with the numbers.
