@@ -74,22 +74,45 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// Credentials made for the occasion: a private CA and one node
-	// certificate every role shares, removed on exit.
+	// Credentials made for the occasion: a private CA that signs one
+	// certificate per process (so each process holds only its own key),
+	// its key deleted as soon as they are issued, everything removed on
+	// exit.
 	dir, err := os.MkdirTemp("", "bulkhead-cluster-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	peers, err := peerauth.MakeCerts(filepath.Join(dir, "certs"), []string{"127.0.0.1", "localhost"})
+	caDir := filepath.Join(dir, "ca")
+	if err := peerauth.MakeCA(caDir); err != nil {
+		return err
+	}
+	issue := func(name string) (config.Peers, error) {
+		p, err := peerauth.IssueNode(caDir, filepath.Join(dir, name), name, []string{"127.0.0.1", "localhost"})
+		p.FrameBytes, p.Window, p.TransferTimeout = cfg.Peers.FrameBytes, cfg.Peers.Window, cfg.Peers.TransferTimeout
+		return p, err
+	}
+	routerPeers, err := issue("router")
 	if err != nil {
 		return err
 	}
-	peers.FrameBytes, peers.Window, peers.TransferTimeout = cfg.Peers.FrameBytes, cfg.Peers.Window, cfg.Peers.TransferTimeout
-	cfg.Peers = peers
-	roleCfg := filepath.Join(dir, "role.yaml")
-	if err := writeRoleConfig(roleCfg, cfg); err != nil {
-		return err
+	roleCfgs := make([]string, *nPrefill+*nDecode)
+	for i := range roleCfgs {
+		name := fmt.Sprintf("prefill-%d", i)
+		if i >= *nPrefill {
+			name = fmt.Sprintf("decode-%d", i-*nPrefill)
+		}
+		if cfg.Peers, err = issue(name); err != nil {
+			return err
+		}
+		roleCfgs[i] = filepath.Join(dir, name, "role.yaml")
+		if err := writeRoleConfig(roleCfgs[i], cfg); err != nil {
+			return err
+		}
+	}
+	cfg.Peers = routerPeers
+	if err := os.Remove(filepath.Join(caDir, peerauth.CAKeyFile)); err != nil {
+		return fmt.Errorf("cluster: removing the CA key: %w", err)
 	}
 
 	self, err := os.Executable()
@@ -103,7 +126,7 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 		if i >= *nPrefill {
 			role, idx, faults = "decode", i-*nPrefill, *faultsDecode
 		}
-		args := []string{role, "--config", roleCfg, "--listen", "127.0.0.1:0"}
+		args := []string{role, "--config", roleCfgs[i], "--listen", "127.0.0.1:0"}
 		if role == "decode" {
 			args = append(args, "--kv-listen", "127.0.0.1:0")
 		}

@@ -118,8 +118,10 @@ func runDecode(args []string, stdout, stderr io.Writer) error {
 
 func runCerts(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("certs", stderr)
-	out := fs.String("out", "", "directory to write ca.pem, ca-key.pem, node.pem and node-key.pem into (required)")
+	out := fs.String("out", "", "directory to write the certificates into (required)")
 	hosts := fs.String("hosts", "127.0.0.1,localhost", "comma-separated IP addresses and DNS names the node certificate is valid for")
+	caDir := fs.String("ca", "", "directory holding an existing ca.pem and ca-key.pem to sign with (default: make a new CA in --out)")
+	name := fs.String("name", "node", "node certificate name: writes NAME.pem and NAME-key.pem")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -132,11 +134,19 @@ func runCerts(args []string, stdout, stderr io.Writer) error {
 			hs = append(hs, h)
 		}
 	}
-	p, err := peerauth.MakeCerts(*out, hs)
+	ca := *caDir
+	if ca == "" {
+		if err := peerauth.MakeCA(*out); err != nil {
+			return err
+		}
+		ca = *out
+		fmt.Fprintf(stdout, "bulkhead: made a CA (valid one year) in %s; keep %s on this machine\n", *out, peerauth.CAKeyFile)
+	}
+	p, err := peerauth.IssueNode(ca, *out, *name, hs)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "bulkhead: wrote a CA and a node certificate for %s (valid one year) to %s\n", strings.Join(hs, ", "), *out)
+	fmt.Fprintf(stdout, "bulkhead: wrote node certificate %q for %s (valid one year) to %s\n", *name, strings.Join(hs, ", "), *out)
 	fmt.Fprintf(stdout, "peers:\n  auth: mtls\n  ca: %s\n  cert: %s\n  key: %s\n", p.CA, p.Cert, p.Key)
 	return nil
 }

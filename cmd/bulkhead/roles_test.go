@@ -30,6 +30,23 @@ func TestCertsCommand(t *testing.T) {
 	if code := run([]string{"certs"}, &out, &errb); code != 2 {
 		t.Errorf("certs without --out: exit %d", code)
 	}
+	// A second machine's certificate from the same CA: its own key, the CA
+	// certificate, no CA key; and a CA is never made over another.
+	dir2 := filepath.Join(t.TempDir(), "decode-1")
+	if code := run([]string{"certs", "--ca", dir, "--out", dir2, "--name", "decode-1", "--hosts", "10.0.0.5"}, &out, &errb); code != 0 {
+		t.Fatalf("certs --ca: exit %d: %s", code, errb.String())
+	}
+	p2 := config.Peers{Auth: config.PeerAuthMTLS, CA: filepath.Join(dir2, "ca.pem"), Cert: filepath.Join(dir2, "decode-1.pem"), Key: filepath.Join(dir2, "decode-1-key.pem")}
+	if _, err := peerauth.Load(p2); err != nil {
+		t.Fatalf("the issued certificate does not load: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, "ca-key.pem")); err == nil {
+		t.Error("the CA key was copied to the node's directory")
+	}
+	errb.Reset()
+	if code := run([]string{"certs", "--out", dir}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "already exists") {
+		t.Errorf("certs over an existing CA: exit %d, %s", code, errb.String())
+	}
 }
 
 // TestRolesRefuseWithoutPeerAuth: a prefill or decode server never runs

@@ -13,12 +13,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
-// Files MakeCerts writes in its directory.
+// Files MakeCerts writes in its directory. A node certificate issued under
+// another name (IssueNode) is NAME.pem and NAME-key.pem.
 const (
 	CAFile      = "ca.pem"
 	CAKeyFile   = "ca-key.pem"
@@ -29,20 +31,32 @@ const (
 // MakeCerts makes a private CA and one node certificate it signs, for
 // local use: ECDSA P-256, valid for a year, the node certificate naming
 // hosts (IP addresses and DNS names) and good for both server and client
-// authentication, so every role of a local deployment can share it. It
-// writes CAFile, CAKeyFile, NodeFile and NodeKeyFile into dir (keys mode
-// 0600) and returns the peers settings that use them.
+// authentication, so every role of a one-machine deployment can share it.
+// It writes CAFile, CAKeyFile, NodeFile and NodeKeyFile into dir (keys
+// mode 0600) and returns the peers settings that use them.
 func MakeCerts(dir string, hosts []string) (config.Peers, error) {
-	if len(hosts) == 0 {
-		hosts = []string{"127.0.0.1", "localhost"}
+	if err := MakeCA(dir); err != nil {
+		return config.Peers{}, err
 	}
+	return IssueNode(dir, dir, "node", hosts)
+}
+
+// MakeCA makes a private CA (ECDSA P-256, valid for a year) and writes
+// CAFile and CAKeyFile (mode 0600) into dir. It refuses to replace a CA
+// already there: every certificate that CA signed would stop working.
+func MakeCA(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return config.Peers{}, fmt.Errorf("certs: %w", err)
+		return fmt.Errorf("certs: %w", err)
+	}
+	for _, f := range []string{CAFile, CAKeyFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return fmt.Errorf("certs: %s already exists; pass it as the CA to issue more node certificates, or use another directory", filepath.Join(dir, f))
+		}
 	}
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return config.Peers{}, fmt.Errorf("certs: CA key: %w", err)
+		return fmt.Errorf("certs: CA key: %w", err)
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          serial(),
@@ -56,19 +70,53 @@ func MakeCerts(dir string, hosts []string) (config.Peers, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return config.Peers{}, fmt.Errorf("certs: CA certificate: %w", err)
+		return fmt.Errorf("certs: CA certificate: %w", err)
 	}
-	ca, err := x509.ParseCertificate(caDER)
+	if err := writeKey(filepath.Join(dir, CAKeyFile), caKey); err != nil {
+		return err
+	}
+	return writePEM(filepath.Join(dir, CAFile), "CERTIFICATE", caDER, 0o644)
+}
+
+// IssueNode signs a node certificate for name with the CA in caDir (CAFile
+// and CAKeyFile), valid for a year for hosts (IP addresses and DNS names;
+// loopback when empty) and for both server and client authentication, and
+// writes it as NAME.pem and NAME-key.pem (mode 0600) into outDir, with a
+// copy of CAFile when outDir is another directory. The CA key is never
+// copied: a machine that runs one role gets its own certificate and key,
+// the CA certificate, and nothing that can sign. It returns the peers
+// settings that use the files.
+func IssueNode(caDir, outDir, name string, hosts []string) (config.Peers, error) {
+	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") || name == "ca" || name == "ca-key" {
+		return config.Peers{}, fmt.Errorf("certs: node name %q must be a plain file name other than ca", name)
+	}
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1", "localhost"}
+	}
+	ca, caKey, err := loadCA(caDir)
 	if err != nil {
-		return config.Peers{}, fmt.Errorf("certs: CA certificate: %w", err)
+		return config.Peers{}, err
 	}
+	if err := os.MkdirAll(outDir, 0o700); err != nil {
+		return config.Peers{}, fmt.Errorf("certs: %w", err)
+	}
+	p := config.Peers{
+		Auth: config.PeerAuthMTLS,
+		CA:   filepath.Join(outDir, CAFile), Cert: filepath.Join(outDir, name+".pem"), Key: filepath.Join(outDir, name+"-key.pem"),
+	}
+	for _, f := range []string{p.Cert, p.Key} {
+		if _, err := os.Stat(f); err == nil {
+			return config.Peers{}, fmt.Errorf("certs: %s already exists; choose another node name or directory", f)
+		}
+	}
+	now := time.Now()
 	nodeKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return config.Peers{}, fmt.Errorf("certs: node key: %w", err)
 	}
 	nodeTmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "bulkhead peer"},
+		Subject:      pkix.Name{CommonName: "bulkhead peer " + name},
 		NotBefore:    now.Add(-5 * time.Minute),
 		NotAfter:     now.AddDate(1, 0, 0),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -85,15 +133,10 @@ func MakeCerts(dir string, hosts []string) (config.Peers, error) {
 	if err != nil {
 		return config.Peers{}, fmt.Errorf("certs: node certificate: %w", err)
 	}
-	p := config.Peers{
-		Auth: config.PeerAuthMTLS,
-		CA:   filepath.Join(dir, CAFile), Cert: filepath.Join(dir, NodeFile), Key: filepath.Join(dir, NodeKeyFile),
-	}
-	if err := writePEM(p.CA, "CERTIFICATE", caDER, 0o644); err != nil {
-		return config.Peers{}, err
-	}
-	if err := writeKey(filepath.Join(dir, CAKeyFile), caKey); err != nil {
-		return config.Peers{}, err
+	if filepath.Clean(outDir) != filepath.Clean(caDir) {
+		if err := writePEM(p.CA, "CERTIFICATE", ca.Raw, 0o644); err != nil {
+			return config.Peers{}, err
+		}
 	}
 	if err := writePEM(p.Cert, "CERTIFICATE", nodeDER, 0o644); err != nil {
 		return config.Peers{}, err
@@ -102,6 +145,42 @@ func MakeCerts(dir string, hosts []string) (config.Peers, error) {
 		return config.Peers{}, err
 	}
 	return p, nil
+}
+
+// loadCA reads the CA certificate and key MakeCA wrote into dir.
+func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, CAFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs: CA certificate: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs: CA key: %w (issuing node certificates needs the CA's key; it stays on the machine that made the CA)", err)
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || cb.Type != "CERTIFICATE" {
+		return nil, nil, fmt.Errorf("certs: %s holds no PEM certificate", filepath.Join(dir, CAFile))
+	}
+	if kb == nil || kb.Type != "PRIVATE KEY" {
+		return nil, nil, fmt.Errorf("certs: %s holds no PEM private key", filepath.Join(dir, CAKeyFile))
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs: %s: %w", filepath.Join(dir, CAFile), err)
+	}
+	if !ca.IsCA {
+		return nil, nil, fmt.Errorf("certs: %s is not a CA certificate", filepath.Join(dir, CAFile))
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("certs: %s: %w", filepath.Join(dir, CAKeyFile), err)
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok || !key.PublicKey.Equal(ca.PublicKey) {
+		return nil, nil, fmt.Errorf("certs: %s is not the key of %s", filepath.Join(dir, CAKeyFile), filepath.Join(dir, CAFile))
+	}
+	return ca, key, nil
 }
 
 // WritePSK writes a fresh random pre-shared key (64 hex digits) to path,

@@ -223,3 +223,58 @@ func TestHTTP(t *testing.T) {
 		t.Errorf("psk prefix of the key: %d", rec.Code)
 	}
 }
+
+// TestIssueNodeFromExistingCA: node certificates issued one per machine
+// from one CA (the CA key staying where it was made) authenticate each
+// other, carry only the CA certificate next to them, and a CA is never
+// silently replaced.
+func TestIssueNodeFromExistingCA(t *testing.T) {
+	caDir := t.TempDir()
+	if err := MakeCA(caDir); err != nil {
+		t.Fatal(err)
+	}
+	load := func(name string) *Auth {
+		t.Helper()
+		dir := t.TempDir()
+		p, err := IssueNode(caDir, dir, name, []string{"127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, CAKeyFile)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the CA key was copied next to node %s: %v", name, err)
+		}
+		if p.Cert != filepath.Join(dir, name+".pem") || p.Key != filepath.Join(dir, name+"-key.pem") {
+			t.Fatalf("node %s files: %+v", name, p)
+		}
+		a, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	router, decode := load("router"), load("decode-1")
+	if d, s := stream(t, decode, router); d != nil || s != nil {
+		t.Fatalf("two nodes of one CA refused each other: dial %v, server %v", d, s)
+	}
+	if err := MakeCA(caDir); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("MakeCA over an existing CA: %v", err)
+	}
+	if _, err := IssueNode(caDir, t.TempDir(), "../escape", nil); err == nil {
+		t.Fatal("a node name with a path was accepted")
+	}
+	if _, err := IssueNode(t.TempDir(), t.TempDir(), "n", nil); err == nil || !strings.Contains(err.Error(), "CA certificate") {
+		t.Fatalf("issuing without a CA: %v", err)
+	}
+	other := t.TempDir()
+	if err := MakeCA(other); err != nil {
+		t.Fatal(err)
+	}
+	// A key that is not the certificate's CA key is refused.
+	b, _ := os.ReadFile(filepath.Join(other, CAKeyFile))
+	if err := os.WriteFile(filepath.Join(caDir, CAKeyFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := IssueNode(caDir, t.TempDir(), "n", nil); err == nil || !strings.Contains(err.Error(), "not the key") {
+		t.Fatalf("a mismatched CA key: %v", err)
+	}
+}
