@@ -22,13 +22,15 @@ import (
 // MOSTLY_Q5_K_S (16); MOSTLY_Q4_K_M (15) and MOSTLY_Q5_K_M (17) would
 // promise some Q6_K tensors, which WriteGGUF does not write.
 var fileType = map[tensor.DType]uint32{
-	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q8_0: 7, tensor.BF16: 32,
+	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q4_1: 3, tensor.Q8_0: 7,
+	tensor.Q5_0: 8, tensor.Q5_1: 9, tensor.BF16: 32,
 	tensor.Q4_K: 14, tensor.Q5_K: 16, tensor.Q6_K: 18,
 }
 
 // Types lists the tensor types the converter writes.
 func Types() []tensor.DType {
-	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1,
+		tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
 }
 
 // Model is what the converter writes: an architecture, its tokenizer, and
@@ -47,15 +49,14 @@ type Model struct {
 // a 32-element block type, say) is written as F16 instead, which is what
 // llama.cpp's own quantizer does for such tensors.
 //
-// The K-quants (Q4_K, Q5_K, Q6_K) need rows of a multiple of 256. A matrix whose
-// rows are not is written as Q8_0 if they are a multiple of 32 (else F16).
-// llama.cpp's quantizer falls back too, to Q8_0 for Q6_K but to Q5_0 for
-// Q4_K and Q5_1 for Q5_K; Bulkhead cannot compute with those, so all take
-// Q8_0 here.
+// The K-quants (Q4_K, Q5_K, Q6_K) need rows of a multiple of 256. A matrix
+// whose rows are not falls back as in llama.cpp's quantizer: Q4_K to Q5_0,
+// Q5_K to Q5_1 and Q6_K to Q8_0 when the rows are a multiple of 32, else
+// F16.
 func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	ft, ok := fileType[t]
 	if !ok {
-		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", t)
+		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", t)
 	}
 	return write(w, m, ft, func(string) tensor.DType { return t })
 }
@@ -135,15 +136,22 @@ func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType
 
 // fallbackType is the type WriteGGUF writes a tensor of the given shape in
 // when asked for t: F32 for vectors, t when the rows hold whole blocks of
-// t, else Q8_0 for a K-quant whose rows hold whole 32-element blocks, else
-// F16.
+// t, else for a K-quant whose rows hold whole 32-element blocks the type
+// llama.cpp's quantizer substitutes (Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0
+// for Q6_K), else F16.
 func fallbackType(t tensor.DType, shape []int) tensor.DType {
 	switch {
 	case len(shape) < 2:
 		return tensor.F32
 	case shape[0]%t.BlockSize() == 0:
 		return t
-	case (t == tensor.Q4_K || t == tensor.Q5_K || t == tensor.Q6_K) && shape[0]%tensor.Q8_0.BlockSize() == 0:
+	case shape[0]%32 != 0:
+		return tensor.F16
+	case t == tensor.Q4_K:
+		return tensor.Q5_0
+	case t == tensor.Q5_K:
+		return tensor.Q5_1
+	case t == tensor.Q6_K:
 		return tensor.Q8_0
 	default:
 		return tensor.F16

@@ -146,7 +146,8 @@ func dotQuantGo(t tensor.DType, row, xb []byte, nb int) float32 {
 
 // matRowsGo computes out[i*ostride+r] for rows r in [r0, r1) and tokens
 // i < n. x holds the float activations (n rows of w.Cols) and xq their
-// quantised blocks (for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights).
+// quantised blocks (for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K
+// weights).
 func matRowsGo(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
 	rb, _ := w.Type.RowBytes(w.Cols)
 	nb := w.Cols / 32
@@ -157,6 +158,8 @@ func matRowsGo(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float
 			switch w.Type {
 			case tensor.Q8_0, tensor.Q4_0:
 				v = dotQuantGo(w.Type, row, xq[i*nb*xBlockBytes:], nb)
+			case tensor.Q4_1, tensor.Q5_0, tensor.Q5_1:
+				v = dotLegacyGo(w.Type, row, xq[i*nb*xBlockBytes:], nb)
 			case tensor.Q4_K:
 				v = dotQ4KGo(row, xq[i*nb*xBlockBytes:], nb)
 			case tensor.Q5_K:

@@ -32,6 +32,15 @@ import "math"
 // simd_kquant_amd64.s reproduces it four rows to a register, as the Q8_0
 // kernels do (Q4_K's second term as VFNMADD231PS, the same operation).
 //
+// Q5_0, Q4_1 and Q5_1 rows against the same activation blocks, one weight
+// block to one activation block (legacy.go): Q5_0 is Q4_0's arithmetic,
+// its quants 0..31 standing for q−16. Q4_1 and Q5_1 (w = q·d + m) add,
+// per block, A = Σq·x and then B = Σx (exact integers, |A| < 2^17):
+// acc = fma(d·dx, A, acc), then acc = fma(m·dx, B, acc), d·dx and m·dx
+// each one float32 multiply, as Q4_K's two terms (with + for the min).
+// simd_q41_amd64.s and simd_q5_amd64.s reproduce it four rows to a
+// register.
+//
 // One accumulator per (row, token) is what lets the kernels lay a register
 // out however suits them: the one- to four-token kernels hold four rows of
 // one token in a register (the rows' sums reduced with in-lane unpacks),

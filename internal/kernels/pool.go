@@ -270,9 +270,9 @@ func matRows(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []flo
 }
 
 // MatMul computes out[i*w.Rows+r] = Σ_c w[r,c]·x[i*w.Cols+c] for every token
-// i < n and row r < w.Rows. For quantised weights (Q8_0, Q4_0, Q4_K,
-// Q6_K) each token's row of x is first quantised to blocks of 32 int8
-// values with a float32 scale.
+// i < n and row r < w.Rows. For quantised weights (Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1 and the K-quants) each token's row of x is first quantised to blocks
+// of 32 int8 values with a float32 scale.
 //
 // The value for token i depends only on w and token i's row of x: not on n,
 // the other rows, the thread count or the CPU features, bit for bit.
@@ -326,7 +326,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 			panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs x of %d and out of %d floats, got %d and %d",
 				w.Rows, w.Cols, w.Type, n, n*w.Cols, n*w.Rows, len(x), len(out)))
 		}
-		quant = quant || w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 || w.Type == tensor.Q4_K || w.Type == tensor.Q5_K || w.Type == tensor.Q6_K
+		quant = quant || w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 || w.Type == tensor.Q4_K || w.Type == tensor.Q5_K || w.Type == tensor.Q6_K || legacyType(w.Type)
 		work += w.Rows * w.Cols * n
 	}
 	if n == 0 || np == 0 {
@@ -437,7 +437,7 @@ func (p *Pool) For(n int, fn func(chunk, lo, hi int)) {
 // checkMatrix panics unless w is a matrix the kernels can multiply.
 func checkMatrix(w *Matrix) {
 	switch w.Type {
-	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
 	default:
 		panic(fmt.Sprintf("kernels: no kernel for %s weights", w.Type))
 	}

@@ -121,6 +121,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
 	case tensor.Q4_0:
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
+	case tensor.Q4_1:
+		q1, q2, q4 = matQ41x1, matQ41x2, matQ41x4
+	case tensor.Q5_0:
+		q1, q2, q4 = matQ50x1, matQ50x2, matQ50x4
+	case tensor.Q5_1:
+		q1, q2, q4 = matQ51x1, matQ51x2, matQ51x4
 	case tensor.Q4_K:
 		q1, q2, q4 = matQ4Kx1, matQ4Kx2, matQ4Kx4
 	case tensor.Q5_K:

@@ -9,8 +9,9 @@ import (
 // Quantize encodes src into dst as type t. len(src) must be a multiple of
 // t's block size and dst must hold exactly RowBytes(len(src)) bytes. The
 // encodings follow GGML's reference quantizers, so files Bulkhead writes
-// decode the same in llama.cpp. Q4_K, Q5_K and Q6_K use a simpler scale search
-// than llama.cpp's (kquant.go) but write the same block layout.
+// decode the same in llama.cpp (Q4_1, Q5_0 and Q5_1 in legacy.go). Q4_K,
+// Q5_K and Q6_K use a simpler scale search than llama.cpp's (kquant.go) but
+// write the same block layout.
 func Quantize(t DType, dst []byte, src []float32) error {
 	want, err := t.RowBytes(len(src))
 	if err != nil {
@@ -39,6 +40,18 @@ func Quantize(t DType, dst []byte, src []float32) error {
 	case Q4_0:
 		for b := 0; b < len(src)/32; b++ {
 			quantizeQ4_0Block(dst[b*18:b*18+18], src[b*32:b*32+32])
+		}
+	case Q4_1:
+		for b := 0; b < len(src)/32; b++ {
+			quantizeMinBlock(dst[b*Q4_1Bytes:], src[b*32:], 15)
+		}
+	case Q5_0:
+		for b := 0; b < len(src)/32; b++ {
+			quantizeQ5_0Block(dst[b*Q5_0Bytes:], src[b*32:])
+		}
+	case Q5_1:
+		for b := 0; b < len(src)/32; b++ {
+			quantizeMinBlock(dst[b*Q5_1Bytes:], src[b*32:], 31)
 		}
 	case Q4_K:
 		for b := 0; b < len(src)/KBlock; b++ {
@@ -132,6 +145,11 @@ func Dequantize(t DType, dst []float32, src []byte) error {
 				dst[b*32+j] = float32(int(blk[2+j]&0x0f)-8) * d
 				dst[b*32+16+j] = float32(int(blk[2+j]>>4)-8) * d
 			}
+		}
+	case Q4_1, Q5_0, Q5_1:
+		bb := t.BlockBytes()
+		for b := 0; b < len(dst)/32; b++ {
+			dequantLegacyBlock(t, dst[b*32:b*32+32], src[b*bb:b*bb+bb])
 		}
 	case Q4_K:
 		for b := 0; b < len(dst)/KBlock; b++ {
