@@ -1,8 +1,9 @@
 // Package kernels holds the arithmetic of the forward pass: matrix products
-// over weights in their file type (F32, F16, BF16, Q8_0, Q4_0, and the
-// K-quants Q4_K and Q6_K), dot products, normalisation and activation
-// functions. Q4_K and Q6_K run in pure Go (kquant.go) on every
-// architecture; the others have AVX2 kernels as well.
+// over weights in their file type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, and the K-quants Q4_K, Q5_K and Q6_K), dot products, normalisation
+// and activation functions, and attention over a float32 or binary16 KV
+// cache. Every type has a pure-Go kernel on every architecture and AVX2
+// kernels on amd64.
 //
 // Every kernel reduces in a fixed order that depends only on the length of
 // its inputs, never on the batch size, the thread count or the CPU features
@@ -22,8 +23,9 @@
 // read and write files, the network or the clock.
 //
 // MatMul reuses every weight block it loads for several tokens at a time
-// (four rows by eight tokens for batched Q8_0, four rows by four tokens
-// for Q4_0, two rows by three tokens for the float types), so prefill and
+// (four rows by eight tokens for batched Q8_0 and the K-quants, four rows
+// by four tokens for Q4_0, Q4_1, Q5_0 and Q5_1, two rows by three tokens
+// for the float types), so prefill and
 // batched decode are bound by arithmetic while single-token decode is
 // bound by how fast the weights stream from memory. Quantised types
 // multiply int8 by int8 with exact integer sums (VPMADDUBSW/VPMADDWD),
