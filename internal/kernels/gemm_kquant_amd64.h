@@ -68,26 +68,21 @@ TOK: \
 	SUBQ $4, R13; \
 	JMP LOOP
 
-// GK_ENTRY starts an eight-token K-quant kernel (arguments as gemmQ8x8's):
-// weights in SI, rows left in R13, the output in DI, int16 ones in Y8;
-// with no rows it jumps to DONE.
-#define GK_ENTRY(DONE) \
-	MOVQ w+0(FP), SI; \
-	MOVQ rows+16(FP), R13; \
-	MOVQ out+40(FP), DI; \
-	VMOVDQU k4ones16<>(SB), Y8; \
-	TESTQ R13, R13; \
-	JLE DONE
+// GK_ENTRY starts an eight-token K-quant kernel (arguments as gemmQ8x8's;
+// QENTRY): weights in SI, rows left in R13, the output in DI, int16 ones
+// in Y8 (GK_CONST); with no rows it jumps to DONE.
+#define GK_CONST \
+	VMOVDQU k4ones16<>(SB), Y8
 
-// GK_GROUP starts a group of four rows: their offsets (ROWOFFS), the
-// prefetch pointer one group ahead, the interleaved activations in R8,
-// zeroed accumulators Y4-Y7, the first superblock in DX and the
-// superblock count in CX; with none it jumps to STORE.
+#define GK_ENTRY(DONE) \
+	QENTRY(out+40, GK_CONST, DONE)
+
+// GK_GROUP starts a group of four rows: their offsets and the prefetch
+// pointer (QROWS), the interleaved activations in R8, zeroed accumulators
+// Y4-Y7, the first superblock in DX and the superblock count in CX; with
+// none it jumps to STORE.
 #define GK_GROUP(STORE) \
-	ROWOFFS; \
-	MOVQ rowBytes+8(FP), AX; \
-	LEAQ (SI)(AX*4), BX; \
-	MOVQ xi+24(FP), R8; \
+	QROWS(xi); \
 	VXORPS Y4, Y4, Y4; \
 	VXORPS Y5, Y5, Y5; \
 	VXORPS Y6, Y6, Y6; \

@@ -20,7 +20,7 @@ var gemmKTypes = []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
 // on the extreme blocks of kqWeights and kqActivations.
 func TestGemmKQuantMatchesGo(t *testing.T) {
 	needSIMD(t)
-	kqSweep(t, rand.New(rand.NewPCG(61, 62)), gemmKTypes, 5, 20)
+	kqSweep(t, rand.New(rand.NewPCG(61, 62)), gemmKTypes, kqCols, 5, 20)
 }
 
 // Several tiles of tileBytes, on the whole matrix and on a sub-range of
@@ -31,18 +31,7 @@ func TestGemmKQuantTiles(t *testing.T) {
 	rng := rand.New(rand.NewPCG(63, 64))
 	for _, typ := range gemmKTypes {
 		for _, sh := range [][2]int{{301, 1024}, {467, 768}} {
-			w := kqWeights(rng, typ, sh[0], sh[1])
-			for _, n := range []int{5, 8, 13, 20} {
-				xq := kqActivations(rng, n, w.Cols/32)
-				kqCompare(t, w, xq, n)
-				got := make([]float32, n*w.Rows)
-				want := make([]float32, n*w.Rows)
-				matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
-				matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
-				if j := firstBitDiff(got, want); j >= 0 {
-					t.Fatalf("%s %dx%d rows [37, 290) n=%d: value %d is %g, Go gives %g", typ, w.Rows, w.Cols, n, j, got[j], want[j])
-				}
-			}
+			kqTiles(t, rng, kqWeights(rng, typ, sh[0], sh[1]), []int{5, 8, 13, 20})
 		}
 	}
 }

@@ -33,10 +33,13 @@ func kqF16(rng *rand.Rand) uint16 {
 
 // kqWeights returns rows×cols of Q4_K, Q5_K or Q6_K bytes, each superblock
 // drawn from one of several shapes of extreme or random content (Q5_K's
-// from q5kWeights).
+// from q5kWeights; Q4_1, Q5_0 and Q5_1 from lgWeights).
 func kqWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
-	if typ == tensor.Q5_K {
+	switch typ {
+	case tensor.Q5_K:
 		return q5kWeights(rng, rows, cols)
+	case tensor.Q4_1, tensor.Q5_0, tensor.Q5_1:
+		return lgWeights(rng, typ, rows, cols)
 	}
 	rb, err := typ.RowBytes(cols)
 	if err != nil {
@@ -178,15 +181,19 @@ func kqCompare(t *testing.T, w *Matrix, xq []byte, n int) {
 // mixtures), one to eight superblocks per row.
 func TestKQuantSIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
-	kqSweep(t, rand.New(rand.NewPCG(41, 42)), kTypes, 1, 9)
+	kqSweep(t, rand.New(rand.NewPCG(41, 42)), kTypes, kqCols, 1, 9)
 }
 
+// kqCols are one, three and eight superblocks.
+var kqCols = []int{256, 768, 2048}
+
 // kqSweep compares the SIMD path with the Go one for every type in types,
-// row count 1..9, token count n0..n1 and one, three and eight superblocks
-// per row, on fresh extreme weights and activations each time.
-func kqSweep(t *testing.T, rng *rand.Rand, types []tensor.DType, n0, n1 int) {
+// row count 1..9, token count n0..n1 and row length in colsList, on fresh
+// extreme weights (kqWeights) and activations each time.
+func kqSweep(t *testing.T, rng *rand.Rand, types []tensor.DType, colsList []int, n0, n1 int) {
+	t.Helper()
 	for _, typ := range types {
-		for _, cols := range []int{256, 768, 2048} {
+		for _, cols := range colsList {
 			for rows := 1; rows <= 9; rows++ {
 				for n := n0; n <= n1; n++ {
 					w := kqWeights(rng, typ, rows, cols)
@@ -204,17 +211,24 @@ func TestKQuantSIMDTiles(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(43, 44))
 	for _, typ := range kTypes {
-		w := kqWeights(rng, typ, 301, 1024)
-		for _, n := range []int{1, 3, 6} {
-			xq := kqActivations(rng, n, w.Cols/32)
-			kqCompare(t, w, xq, n)
-			got := make([]float32, n*w.Rows)
-			want := make([]float32, n*w.Rows)
-			matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
-			matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
-			if j := firstBitDiff(got, want); j >= 0 {
-				t.Fatalf("%s rows [37, 290) n=%d: value %d is %g, Go gives %g", typ, n, j, got[j], want[j])
-			}
+		kqTiles(t, rng, kqWeights(rng, typ, 301, 1024), []int{1, 3, 6})
+	}
+}
+
+// kqTiles compares the SIMD path with the Go one on w for each token count
+// in ns: on the whole matrix (kqCompare), then on rows [37, 290) alone, as
+// a pool thread gets them. w should span several tiles of tileBytes.
+func kqTiles(t *testing.T, rng *rand.Rand, w *Matrix, ns []int) {
+	t.Helper()
+	for _, n := range ns {
+		xq := kqActivations(rng, n, w.Cols/32)
+		kqCompare(t, w, xq, n)
+		got := make([]float32, n*w.Rows)
+		want := make([]float32, n*w.Rows)
+		matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
+		matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
+		if j := firstBitDiff(got, want); j >= 0 {
+			t.Fatalf("%s %dx%d rows [37, 290) n=%d: value %d is %g, Go gives %g", w.Type, w.Rows, w.Cols, n, j, got[j], want[j])
 		}
 	}
 }

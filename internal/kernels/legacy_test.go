@@ -54,16 +54,7 @@ func lgWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
 func TestLegacySIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(51, 52))
-	for _, typ := range legacyTypes {
-		for _, cols := range []int{32, 96, 512} {
-			for rows := 1; rows <= 9; rows++ {
-				for n := 1; n <= 9; n++ {
-					w := lgWeights(rng, typ, rows, cols)
-					kqCompare(t, w, kqActivations(rng, n, cols/32), n)
-				}
-			}
-		}
-	}
+	kqSweep(t, rng, legacyTypes, []int{32, 96, 512}, 1, 9)
 }
 
 // A matrix larger than one tile, on a sub-range of rows as a pool thread
@@ -72,18 +63,7 @@ func TestLegacySIMDTiles(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(53, 54))
 	for _, typ := range legacyTypes {
-		w := lgWeights(rng, typ, 301, 2048)
-		for _, n := range []int{1, 3, 6} {
-			xq := kqActivations(rng, n, w.Cols/32)
-			kqCompare(t, w, xq, n)
-			got := make([]float32, n*w.Rows)
-			want := make([]float32, n*w.Rows)
-			matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
-			matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
-			if j := firstBitDiff(got, want); j >= 0 {
-				t.Fatalf("%s rows [37, 290) n=%d: value %d is %g, Go gives %g", typ, n, j, got[j], want[j])
-			}
-		}
+		kqTiles(t, rng, lgWeights(rng, typ, 301, 2048), []int{1, 3, 6})
 	}
 }
 
@@ -93,44 +73,9 @@ func TestLegacySIMDTiles(t *testing.T) {
 // fifth bit from the wrong element or dropped the min would be off by
 // about the size of the sum. Both paths, through the pool.
 func TestLegacyMatMulMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(55, 56))
-	for _, simd := range []bool{false, true} {
-		if simd && !hasAVX2 {
-			continue
-		}
-		for _, typ := range legacyTypes {
-			rows, cols, n := 21, 352, 5
-			w, dec := randMatrix(t, rng, typ, rows, cols)
-			x := randFloats(rng, n*cols)
-			var out []float32
-			withPath(simd, func() { out = matMulNew(2, w, x, n) })
-			xq := make([]byte, cols/32*xBlockBytes)
-			xd := make([]float64, cols)
-			for i := 0; i < n; i++ {
-				quantizeGo(xq, x[i*cols:(i+1)*cols])
-				for c := range xd {
-					blk := xq[c/32*xBlockBytes:]
-					dx := math.Float32frombits(binary.LittleEndian.Uint32(blk))
-					xd[c] = float64(dx) * float64(int8(blk[4+c%32]))
-				}
-				for r := 0; r < rows; r++ {
-					var ref, mag float64
-					for c := 0; c < cols; c++ {
-						p := float64(dec[r*cols+c]) * xd[c]
-						ref += p
-						mag += math.Abs(p)
-					}
-					// The min term m·Σx is summed apart from d·Σq·x, so
-					// their cancellation can cost a little more than
-					// the per-element magnitude suggests.
-					got := float64(out[i*rows+r])
-					if math.Abs(got-ref) > 4e-6*mag {
-						t.Fatalf("simd=%v %s token %d row %d: got %g, float64 reference %g (|terms| %g)", simd, typ, i, r, got, ref, mag)
-					}
-				}
-			}
-		}
-	}
+	// The min term m·Σx is summed apart from d·Σq·x, so their cancellation
+	// can cost a little more than the per-element magnitude suggests.
+	kqReference(t, rand.New(rand.NewPCG(55, 56)), legacyTypes, 352, 4e-6)
 }
 
 // A one-hot activation (times a power of two, so its scale is exact)

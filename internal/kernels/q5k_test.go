@@ -136,25 +136,7 @@ func q5kWeights(rng *rand.Rand, rows, cols int) *Matrix {
 func TestQ5KSIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(53, 54))
-	for _, cols := range []int{256, 768, 2048} {
-		for rows := 1; rows <= 9; rows++ {
-			for n := 1; n <= 9; n++ {
-				w := q5kWeights(rng, rows, cols)
-				kqCompare(t, w, kqActivations(rng, n, cols/32), n)
-			}
-		}
-	}
-	w := q5kWeights(rng, 301, 1024)
-	for _, n := range []int{1, 3, 6} {
-		xq := kqActivations(rng, n, w.Cols/32)
-		kqCompare(t, w, xq, n)
-		got := make([]float32, n*w.Rows)
-		want := make([]float32, n*w.Rows)
-		matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
-		matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
-		if j := firstBitDiff(got, want); j >= 0 {
-			t.Fatalf("rows [37, 290) n=%d: value %d is %g, Go gives %g", n, j, got[j], want[j])
-		}
-	}
+	kqSweep(t, rng, q5kOnly, kqCols, 1, 9)
+	kqTiles(t, rng, q5kWeights(rng, 301, 1024), []int{1, 3, 6})
 	withKTypes(t, q5kOnly, TestKQuantSIMDPoolMatchesGo)
 }

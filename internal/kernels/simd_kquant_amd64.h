@@ -24,7 +24,7 @@
 // Per activation block the four rows' quants are unpacked into Y0-Y3
 // (shared by every token of the call); each token then forms the rows'
 // integer dot products with VPMADDUBSW (quants unsigned, x signed) and
-// VPMADDWD, reduces them with in-lane unpacks (KSUM4), scales them by the
+// VPMADDWD, reduces them with in-lane unpacks (SUM4, simd_amd64.h), scales them by the
 // integer sub-block scales (VPMULLD: exact, |A| < 2^22, |S| < 2^24) and
 // adds them into its accumulator.
 //
@@ -35,7 +35,7 @@
 //
 // Q6_K: quants q are 0..63 and stand for q−32. VPMADDUBSW gives pair
 // sums of q·x; subtracting the pair sums of 32·x (|(q−32)·x| pairs stay
-// within int16) leaves pair sums of (q−32)·x. VPMADDWD with ones and KSUM4
+// within int16) leaves pair sums of (q−32)·x. VPMADDWD with ones and SUM4
 // leave elements 0..15 of rows 0..3 in the low lane and 16..31 in the
 // high lane, which is exactly where the two sub-block scales apply: one
 // VPMULLD by [s2j of rows 0..3 | s2j+1 of rows 0..3], then the lanes add.
@@ -102,20 +102,6 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	VMOVDQU k4nib<>(SB), Y9; \
 	VMOVDQU C10, Y10
 
-// KSUM4 reduces the four rows' dword sums in Y11-Y14 to Y11: low lane the
-// sums of rows 0..3 over the block's first 16 elements, high lane over
-// the last 16. Y13 and Y15 are clobbered.
-#define KSUM4 \
-	VPUNPCKLDQ Y12, Y11, Y15; \
-	VPUNPCKHDQ Y12, Y11, Y11; \
-	VPADDD Y15, Y11, Y11; \
-	VPUNPCKLDQ Y14, Y13, Y15; \
-	VPUNPCKHDQ Y14, Y13, Y13; \
-	VPADDD Y15, Y13, Y13; \
-	VPUNPCKLQDQ Y13, Y11, Y15; \
-	VPUNPCKHQDQ Y13, Y11, Y11; \
-	VPADDD Y15, Y11, Y11
-
 // Q4K_HEAD decodes the four rows' superblock headers into the frame.
 // Each header's first 16 bytes are dwords [d|dmin, u0, u1, u2] (u the
 // packed scale bytes 0-3, 4-7, 8-11); transposed, each register holds one
@@ -173,7 +159,7 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	VPMADDWD Y8, Y12, Y12; \
 	VPMADDWD Y8, Y13, Y13; \
 	VPMADDWD Y8, Y14, Y14; \
-	KSUM4; \
+	SUM4; \
 	VEXTRACTI128 $1, Y11, X12; \
 	VPADDD X12, X11, X11; \
 	VPMOVZXBD SO(SP), X12; \
@@ -246,69 +232,30 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	KM_TOKHI(R11, XO, SO, X7, 144)
 
 // KX_ENTRY1 and KX_ENTRY start a one-token kernel and a two- or four-token
-// one (argument frames as quantX1 and quantX4): weights in SI, rows left in
-// R13, the output in DI, the constants of KCONST(C10); with no rows they
-// jump to DONE.
+// one (QENTRY) with the constants of KCONST(C10).
 #define KX_ENTRY1(C10, DONE) \
-	MOVQ w+0(FP), SI; \
-	MOVQ rows+16(FP), R13; \
-	MOVQ out+40(FP), DI; \
-	KCONST(C10); \
-	TESTQ R13, R13; \
-	JLE DONE
+	QENTRY(out+40, KCONST(C10), DONE)
 
 #define KX_ENTRY(C10, DONE) \
-	MOVQ w+0(FP), SI; \
-	MOVQ rows+16(FP), R13; \
-	MOVQ out+48(FP), DI; \
-	KCONST(C10); \
-	TESTQ R13, R13; \
-	JLE DONE
+	QENTRY(out+48, KCONST(C10), DONE)
 
-// KX_ROWS and KX_SUPERS are the first and last steps of KX_GROUP1/2/4.
-#define KX_SUPERS(REDUCE) \
+// KX_SUPERS is QGROUP1/2/4's BLOCKS for the K-quant kernels: the first
+// superblock in DX, AX zero and the superblock count (from the frame
+// argument NB, in blocks of 32) in CX; with none it jumps to REDUCE.
+#define KX_SUPERS(NB, REDUCE) \
 	MOVQ SI, DX; \
 	XORQ AX, AX; \
-	MOVQ nb+40(FP), CX; \
+	MOVQ NB(FP), CX; \
 	SHRQ $3, CX; \
 	JZ REDUCE
 
-#define KX_ROWS \
-	ROWOFFS; \
-	MOVQ rowBytes+8(FP), AX; \
-	LEAQ (SI)(AX*4), BX; \
-	MOVQ xb+24(FP), R8
-
-// KX_GROUP1, KX_GROUP2 and KX_GROUP4 start a group of four rows: their
-// offsets (ROWOFFS), the prefetch pointer one group ahead, each token's
-// activation blocks in R8.., zeroed accumulators X4.., the first
-// superblock in DX, AX zero and the superblock count in CX; with none they
-// jump to REDUCE.
+// KX_GROUP1, KX_GROUP2 and KX_GROUP4 start a group of four rows over
+// superblocks.
 #define KX_GROUP1(REDUCE) \
-	KX_ROWS; \
-	VXORPS X4, X4, X4; \
-	MOVQ SI, DX; \
-	XORQ AX, AX; \
-	MOVQ nb+32(FP), CX; \
-	SHRQ $3, CX; \
-	JZ REDUCE
+	QGROUP1(KX_SUPERS, REDUCE)
 
 #define KX_GROUP2(REDUCE) \
-	KX_ROWS; \
-	MOVQ xstride+32(FP), CX; \
-	LEAQ (R8)(CX*1), R9; \
-	VXORPS X4, X4, X4; \
-	VXORPS X5, X5, X5; \
-	KX_SUPERS(REDUCE)
+	QGROUP2(KX_SUPERS, REDUCE)
 
 #define KX_GROUP4(REDUCE) \
-	KX_ROWS; \
-	MOVQ xstride+32(FP), CX; \
-	LEAQ (R8)(CX*1), R9; \
-	LEAQ (R9)(CX*1), R10; \
-	LEAQ (R10)(CX*1), R11; \
-	VXORPS X4, X4, X4; \
-	VXORPS X5, X5, X5; \
-	VXORPS X6, X6, X6; \
-	VXORPS X7, X7, X7; \
-	KX_SUPERS(REDUCE)
+	QGROUP4(KX_SUPERS, REDUCE)

@@ -12,7 +12,8 @@
 //
 // Q5_0 runs exactly as Q4_0 does once its quants are unpacked to signed
 // bytes q−16: the weights take the activations' signs (VPSIGNB) and meet
-// |x| in VPMADDUBSW. Q4_1 and Q5_1 keep their quants unsigned (0..15,
+// |x| in VPMADDUBSW; its kernels use simd_amd64.h's SCALES and TOK_Q4 as
+// simd_quant_amd64.s does. Q4_1 and Q5_1 keep their quants unsigned (0..15,
 // 0..31), which is what VPMADDUBSW's first operand wants, against the
 // signed activations; Σx comes from the same instruction against byte
 // ones. Their d and m of the four rows share Y9 (d in the low lane, m in
@@ -78,7 +79,7 @@ DATA lgDMShuf<>+8(SB)/8, $0x0f0e0b0a07060302
 GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 
 // LG_CONST sets Y8 to int16 ones and Y10 to C10 (byte ones, or anything
-// for Q5_0, whose TOK_Q50 overwrites it).
+// for Q5_0, whose TOK_Q4 overwrites it).
 #define LG_CONST(C10) \
 	MOVL $0x00010001, AX; \
 	VMOVD AX, X8; \
@@ -136,16 +137,6 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 	LG_Q51(8(DX)(R14*1), 4(DX)(R14*1), Y2, X2); \
 	LG_Q51(8(DX)(R15*1), 4(DX)(R15*1), Y3, X3)
 
-// LG_SCALES loads the four rows' float16 d into X9 as float32 (Q5_0). The
-// first load writes the whole register, so no block's scales wait on the
-// last block's (see SCALES in simd_quant_amd64.s).
-#define LG_SCALES \
-	VMOVD (DX), X9; \
-	VPINSRW $1, (DX)(R12*1), X9, X9; \
-	VPINSRW $2, (DX)(R14*1), X9, X9; \
-	VPINSRW $3, (DX)(R15*1), X9, X9; \
-	VCVTPH2PS X9, X9
-
 // LG_SCALESM loads d of the four rows into the low lane of Y9 and m into
 // the high lane, as float32 (Q4_1, Q5_1).
 #define LG_SCALESM \
@@ -155,42 +146,6 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 	VPINSRD $3, (DX)(R15*1), X9, X9; \
 	VPSHUFB lgDMShuf<>(SB), X9, X9; \
 	VCVTPH2PS X9, Y9
-
-// LG_SUM4 reduces the four rows' dword sums in Y11-Y14 to X11: the block
-// sums of rows 0..3. Y13 and Y15 are clobbered.
-#define LG_SUM4 \
-	VPUNPCKLDQ Y12, Y11, Y15; \
-	VPUNPCKHDQ Y12, Y11, Y11; \
-	VPADDD Y15, Y11, Y11; \
-	VPUNPCKLDQ Y14, Y13, Y15; \
-	VPUNPCKHDQ Y14, Y13, Y13; \
-	VPADDD Y15, Y13, Y13; \
-	VPUNPCKLQDQ Y13, Y11, Y15; \
-	VPUNPCKHQDQ Y13, Y11, Y11; \
-	VPADDD Y15, Y11, Y11; \
-	VEXTRACTI128 $1, Y11, X15; \
-	VPADDD X15, X11, X11
-
-// LG_ROW0 forms the pair sums (q−16)·x of row W (signed bytes) against
-// the token at Rt (|x| in Y10) as dword lane sums in T.
-#define LG_ROW0(Rt, W, T) \
-	VPSIGNB 4(Rt), W, T; \
-	VPMADDUBSW T, Y10, T; \
-	VPMADDWD Y8, T, T
-
-// TOK_Q50 adds one token's block (at Rt) of the four Q5_0 rows into ACC:
-// acc += (d·dx)·S.
-#define TOK_Q50(Rt, ACC) \
-	VPABSB 4(Rt), Y10; \
-	LG_ROW0(Rt, Y0, Y11); \
-	LG_ROW0(Rt, Y1, Y12); \
-	LG_ROW0(Rt, Y2, Y13); \
-	LG_ROW0(Rt, Y3, Y14); \
-	LG_SUM4; \
-	VCVTDQ2PS X11, X11; \
-	VBROADCASTSS (Rt), X15; \
-	VMULPS X9, X15, X15; \
-	VFMADD231PS X15, X11, ACC
 
 // LG_ROWU forms pair sums q·x of unsigned quants W against the token's x.
 #define LG_ROWU(Rt, W, T) \
@@ -205,8 +160,7 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 	LG_ROWU(Rt, Y1, Y12); \
 	LG_ROWU(Rt, Y2, Y13); \
 	LG_ROWU(Rt, Y3, Y14); \
-	LG_SUM4; \
-	VCVTDQ2PS X11, X11; \
+	SUM4S; \
 	VPMADDUBSW 4(Rt), Y10, Y12; \
 	VPMADDWD Y8, Y12, Y12; \
 	VEXTRACTI128 $1, Y12, X13; \
@@ -231,64 +185,9 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 	ADDQ STEP, BX
 
 // LG_ENTRY1 and LG_ENTRY start a one-token kernel and a two- or four-token
-// one (argument frames as quantX1 and quantX4): weights in SI, rows left in
-// R13, the output in DI, the constants; with no rows they jump to DONE.
+// one (QENTRY) with the constants of LG_CONST(C10).
 #define LG_ENTRY1(C10, DONE) \
-	MOVQ w+0(FP), SI; \
-	MOVQ rows+16(FP), R13; \
-	MOVQ out+40(FP), DI; \
-	LG_CONST(C10); \
-	TESTQ R13, R13; \
-	JLE DONE
+	QENTRY(out+40, LG_CONST(C10), DONE)
 
 #define LG_ENTRY(C10, DONE) \
-	MOVQ w+0(FP), SI; \
-	MOVQ rows+16(FP), R13; \
-	MOVQ out+48(FP), DI; \
-	LG_CONST(C10); \
-	TESTQ R13, R13; \
-	JLE DONE
-
-#define LG_ROWS \
-	ROWOFFS; \
-	MOVQ rowBytes+8(FP), AX; \
-	LEAQ (SI)(AX*4), BX; \
-	MOVQ xb+24(FP), R8
-
-// LG_GROUP1, LG_GROUP2 and LG_GROUP4 start a group of four rows: their
-// offsets, the prefetch pointer, each token's activations in R8..,
-// zeroed accumulators, the first block in DX and the block count in CX;
-// with no blocks they jump to REDUCE.
-#define LG_GROUP1(REDUCE) \
-	LG_ROWS; \
-	VXORPS X4, X4, X4; \
-	MOVQ SI, DX; \
-	MOVQ nb+32(FP), CX; \
-	TESTQ CX, CX; \
-	JZ REDUCE
-
-#define LG_GROUP2(REDUCE) \
-	LG_ROWS; \
-	MOVQ xstride+32(FP), CX; \
-	LEAQ (R8)(CX*1), R9; \
-	VXORPS X4, X4, X4; \
-	VXORPS X5, X5, X5; \
-	MOVQ SI, DX; \
-	MOVQ nb+40(FP), CX; \
-	TESTQ CX, CX; \
-	JZ REDUCE
-
-#define LG_GROUP4(REDUCE) \
-	LG_ROWS; \
-	MOVQ xstride+32(FP), CX; \
-	LEAQ (R8)(CX*1), R9; \
-	LEAQ (R9)(CX*1), R10; \
-	LEAQ (R10)(CX*1), R11; \
-	VXORPS X4, X4, X4; \
-	VXORPS X5, X5, X5; \
-	VXORPS X6, X6, X6; \
-	VXORPS X7, X7, X7; \
-	MOVQ SI, DX; \
-	MOVQ nb+40(FP), CX; \
-	TESTQ CX, CX; \
-	JZ REDUCE
+	QENTRY(out+48, LG_CONST(C10), DONE)

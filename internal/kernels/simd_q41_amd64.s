@@ -11,7 +11,7 @@ TEXT ·matQ41x1(SB), NOSPLIT, $0-48
 	LG_ENTRY1(lgOnes8<>(SB), matQ41x1done)
 
 matQ41x1group:
-	LG_GROUP1(matQ41x1reduce)
+	QGROUP1(QBLOCKS, matQ41x1reduce)
 
 	PCALIGN $32
 matQ41x1block:
@@ -39,7 +39,7 @@ TEXT ·matQ41x2(SB), NOSPLIT, $0-64
 	LG_ENTRY(lgOnes8<>(SB), matQ41x2done)
 
 matQ41x2group:
-	LG_GROUP2(matQ41x2reduce)
+	QGROUP2(QBLOCKS, matQ41x2reduce)
 
 	PCALIGN $32
 matQ41x2block:
@@ -69,7 +69,7 @@ TEXT ·matQ41x4(SB), NOSPLIT, $0-64
 	LG_ENTRY(lgOnes8<>(SB), matQ41x4done)
 
 matQ41x4group:
-	LG_GROUP4(matQ41x4reduce)
+	QGROUP4(QBLOCKS, matQ41x4reduce)
 
 	PCALIGN $32
 matQ41x4block:

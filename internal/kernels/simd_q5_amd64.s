@@ -11,13 +11,13 @@ TEXT ·matQ50x1(SB), NOSPLIT, $0-48
 	LG_ENTRY1(lgOnes8<>(SB), matQ50x1done)
 
 matQ50x1group:
-	LG_GROUP1(matQ50x1reduce)
+	QGROUP1(QBLOCKS, matQ50x1reduce)
 
 	PCALIGN $32
 matQ50x1block:
-	LG_SCALES
+	SCALES
 	WEIGHTS_Q50
-	TOK_Q50(R8, X4)
+	TOK_Q4(R8, X4)
 	LG_PREFETCH($88)
 	ADDQ $22, DX
 	ADDQ $36, R8
@@ -39,15 +39,15 @@ TEXT ·matQ50x2(SB), NOSPLIT, $0-64
 	LG_ENTRY(lgOnes8<>(SB), matQ50x2done)
 
 matQ50x2group:
-	LG_GROUP2(matQ50x2reduce)
+	QGROUP2(QBLOCKS, matQ50x2reduce)
 
 	PCALIGN $32
 matQ50x2block:
-	LG_SCALES
+	SCALES
 	WEIGHTS_Q50
-	TOK_Q50(R8, X4)
+	TOK_Q4(R8, X4)
 	LG_PREFETCH($88)
-	TOK_Q50(R9, X5)
+	TOK_Q4(R9, X5)
 	ADDQ $22, DX
 	ADDQ $36, R8
 	ADDQ $36, R9
@@ -69,17 +69,17 @@ TEXT ·matQ50x4(SB), NOSPLIT, $0-64
 	LG_ENTRY(lgOnes8<>(SB), matQ50x4done)
 
 matQ50x4group:
-	LG_GROUP4(matQ50x4reduce)
+	QGROUP4(QBLOCKS, matQ50x4reduce)
 
 	PCALIGN $32
 matQ50x4block:
-	LG_SCALES
+	SCALES
 	WEIGHTS_Q50
-	TOK_Q50(R8, X4)
+	TOK_Q4(R8, X4)
 	LG_PREFETCH($88)
-	TOK_Q50(R9, X5)
-	TOK_Q50(R10, X6)
-	TOK_Q50(R11, X7)
+	TOK_Q4(R9, X5)
+	TOK_Q4(R10, X6)
+	TOK_Q4(R11, X7)
 	ADDQ $22, DX
 	ADDQ $36, R8
 	ADDQ $36, R9
@@ -103,7 +103,7 @@ TEXT ·matQ51x1(SB), NOSPLIT, $0-48
 	LG_ENTRY1(lgOnes8<>(SB), matQ51x1done)
 
 matQ51x1group:
-	LG_GROUP1(matQ51x1reduce)
+	QGROUP1(QBLOCKS, matQ51x1reduce)
 
 	PCALIGN $32
 matQ51x1block:
@@ -131,7 +131,7 @@ TEXT ·matQ51x2(SB), NOSPLIT, $0-64
 	LG_ENTRY(lgOnes8<>(SB), matQ51x2done)
 
 matQ51x2group:
-	LG_GROUP2(matQ51x2reduce)
+	QGROUP2(QBLOCKS, matQ51x2reduce)
 
 	PCALIGN $32
 matQ51x2block:
@@ -161,7 +161,7 @@ TEXT ·matQ51x4(SB), NOSPLIT, $0-64
 	LG_ENTRY(lgOnes8<>(SB), matQ51x4done)
 
 matQ51x4group:
-	LG_GROUP4(matQ51x4reduce)
+	QGROUP4(QBLOCKS, matQ51x4reduce)
 
 	PCALIGN $32
 matQ51x4block:

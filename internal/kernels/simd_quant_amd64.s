@@ -32,6 +32,10 @@
 // ran at half the old one-row kernel's speed). So each block also fetches
 // the same share of the next four rows, which lie contiguously after
 // these, one group ahead.
+//
+// The entry, group, scale and reduction steps (QENTRY, QGROUP1/2/4,
+// SCALES, FINISH) and the Q4_0 token step TOK_Q4 are simd_amd64.h's,
+// shared with the Q4_1/Q5_0/Q5_1 kernels.
 
 // ROW_Q8 sets T to the token's x (Y10) negated where the row's weights
 // (at M) are negative, so that VPMADDUBSW with |w| gives w·x. Weights may
@@ -42,18 +46,8 @@
 	VPMADDUBSW T, ABSW, T; \
 	VPMADDWD Y8, T, T
 
-// ROW_Q4: Q4_0 weights are in -8..7, so the roles swap: w negated where x
-// is negative (x at M), times |x| (Y10).
-#define ROW_Q4(M, W, T) \
-	VPSIGNB M, W, T; \
-	VPMADDUBSW T, Y10, T; \
-	VPMADDWD Y8, T, T
-
 #define TOKPREP_Q8(Rt) \
 	VMOVDQU 4(Rt), Y10
-
-#define TOKPREP_Q4(Rt) \
-	VPABSB 4(Rt), Y10
 
 // TOK_Q8 accumulates one token's block (at Rt) against the four rows
 // into ACC.
@@ -64,47 +58,6 @@
 	ROW_Q8(2(DX)(R14*1), Y2, Y13); \
 	ROW_Q8(2(DX)(R15*1), Y3, Y14); \
 	FINISH(Rt, ACC)
-
-#define TOK_Q4(Rt, ACC) \
-	TOKPREP_Q4(Rt); \
-	ROW_Q4(4(Rt), Y0, Y11); \
-	ROW_Q4(4(Rt), Y1, Y12); \
-	ROW_Q4(4(Rt), Y2, Y13); \
-	ROW_Q4(4(Rt), Y3, Y14); \
-	FINISH(Rt, ACC)
-
-// FINISH reduces the four rows' lane sums (Y11-Y14) to S of rows 0..3 and
-// adds d·S into ACC (an xmm register: one float per row). Unpacks and adds are single micro-ops where
-// VPHADDD is several: measured, this is about 10% faster than three
-// VPHADDDs.
-#define FINISH(Rt, ACC) \
-	VPUNPCKLDQ Y12, Y11, Y15; \
-	VPUNPCKHDQ Y12, Y11, Y11; \
-	VPADDD Y15, Y11, Y11; \
-	VPUNPCKLDQ Y14, Y13, Y15; \
-	VPUNPCKHDQ Y14, Y13, Y13; \
-	VPADDD Y15, Y13, Y13; \
-	VPUNPCKLQDQ Y13, Y11, Y15; \
-	VPUNPCKHQDQ Y13, Y11, Y11; \
-	VPADDD Y15, Y11, Y11; \
-	VEXTRACTI128 $1, Y11, X15; \
-	VPADDD X15, X11, X11; \
-	VCVTDQ2PS X11, X11; \
-	VBROADCASTSS (Rt), X15; \
-	VMULPS X9, X15, X15; \
-	VFMADD231PS X15, X11, ACC
-
-// SCALES loads the four rows' float16 block scales into X9 as float32.
-// The first load writes the whole register
-// (the two bytes after the scale are weights, in bounds): inserting into
-// the old Y9 instead would chain every block's scales to the last block's
-// and serialise the loop on that chain.
-#define SCALES \
-	VMOVD (DX), X9; \
-	VPINSRW $1, (DX)(R12*1), X9, X9; \
-	VPINSRW $2, (DX)(R14*1), X9, X9; \
-	VPINSRW $3, (DX)(R15*1), X9, X9; \
-	VCVTPH2PS X9, X9
 
 #define WEIGHTS_Q8 \
 	VPABSB 2(DX), Y0; \
@@ -127,7 +80,7 @@
 	UNPACK_Q4(2(DX)(R14*1), Y2, X2); \
 	UNPACK_Q4(2(DX)(R15*1), Y3, X3)
 
-
+// QCONST sets Y8 to int16 ones and clears Y9.
 #define QCONST \
 	MOVL $0x00010001, AX; \
 	VMOVD AX, X8; \
@@ -148,23 +101,10 @@ GLOBL eights<>(SB), RODATA|NOPTR, $32
 
 // func matQ8x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ8x1(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	QCONST
-	TESTQ R13, R13
-	JLE matQ8x1done
+	QENTRY(out+40, QCONST, matQ8x1done)
 
 matQ8x1group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	VXORPS Y4, Y4, Y4
-	MOVQ SI, DX
-	MOVQ nb+32(FP), CX
-	TESTQ CX, CX
-	JZ matQ8x1reduce
+	QGROUP1(QBLOCKS, matQ8x1reduce)
 
 	PCALIGN $32
 matQ8x1block:
@@ -192,30 +132,10 @@ matQ8x1done:
 
 // func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x4(SB), NOSPLIT, $0-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	QCONST
-	TESTQ R13, R13
-	JLE matQ8x4done
+	QENTRY(out+48, QCONST, matQ8x4done)
 
 matQ8x4group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	LEAQ (R9)(CX*1), R10
-	LEAQ (R10)(CX*1), R11
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ SI, DX
-	MOVQ nb+40(FP), CX
-	TESTQ CX, CX
-	JZ matQ8x4reduce
+	QGROUP4(QBLOCKS, matQ8x4reduce)
 
 	PCALIGN $32
 matQ8x4block:
@@ -249,23 +169,10 @@ matQ8x4done:
 
 // func matQ4x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ4x1(SB), NOSPLIT, $0-48
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+40(FP), DI
-	QCONST
-	TESTQ R13, R13
-	JLE matQ4x1done
+	QENTRY(out+40, QCONST, matQ4x1done)
 
 matQ4x1group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	VXORPS Y4, Y4, Y4
-	MOVQ SI, DX
-	MOVQ nb+32(FP), CX
-	TESTQ CX, CX
-	JZ matQ4x1reduce
+	QGROUP1(QBLOCKS, matQ4x1reduce)
 
 	PCALIGN $32
 matQ4x1block:
@@ -292,30 +199,10 @@ matQ4x1done:
 
 // func matQ4x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4x4(SB), NOSPLIT, $0-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	QCONST
-	TESTQ R13, R13
-	JLE matQ4x4done
+	QENTRY(out+48, QCONST, matQ4x4done)
 
 matQ4x4group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	LEAQ (R9)(CX*1), R10
-	LEAQ (R10)(CX*1), R11
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	MOVQ SI, DX
-	MOVQ nb+40(FP), CX
-	TESTQ CX, CX
-	JZ matQ4x4reduce
+	QGROUP4(QBLOCKS, matQ4x4reduce)
 
 	PCALIGN $32
 matQ4x4block:
@@ -348,26 +235,10 @@ matQ4x4done:
 
 // func matQ8x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x2(SB), NOSPLIT, $0-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	QCONST
-	TESTQ R13, R13
-	JLE matQ8x2done
+	QENTRY(out+48, QCONST, matQ8x2done)
 
 matQ8x2group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ SI, DX
-	MOVQ nb+40(FP), CX
-	TESTQ CX, CX
-	JZ matQ8x2reduce
+	QGROUP2(QBLOCKS, matQ8x2reduce)
 
 	PCALIGN $32
 matQ8x2block:
@@ -397,26 +268,10 @@ matQ8x2done:
 
 // func matQ4x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4x2(SB), NOSPLIT, $0-64
-	MOVQ w+0(FP), SI
-	MOVQ rows+16(FP), R13
-	MOVQ out+48(FP), DI
-	QCONST
-	TESTQ R13, R13
-	JLE matQ4x2done
+	QENTRY(out+48, QCONST, matQ4x2done)
 
 matQ4x2group:
-	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
-	MOVQ xb+24(FP), R8
-	MOVQ xstride+32(FP), CX
-	LEAQ (R8)(CX*1), R9
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	MOVQ SI, DX
-	MOVQ nb+40(FP), CX
-	TESTQ CX, CX
-	JZ matQ4x2reduce
+	QGROUP2(QBLOCKS, matQ4x2reduce)
 
 	PCALIGN $32
 matQ4x2block:

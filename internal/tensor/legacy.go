@@ -87,18 +87,7 @@ func dequantLegacyBlock(t DType, dst []float32, blk []byte) {
 // every element rounds to the nearest of the 32 levels, clamped at 31.
 func quantizeQ5_0Block(dst []byte, x []float32) {
 	x = x[:32]
-	var amax, vmax float32
-	for _, v := range x {
-		if a := float32(math.Abs(float64(v))); a > amax {
-			amax, vmax = a, v
-		}
-	}
-	d := vmax / -16
-	var id float32
-	if d != 0 {
-		id = 1 / d
-	}
-	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
+	id := signedMaxScale(dst, x, 16)
 	var q [32]int
 	for j, v := range x {
 		q[j] = truncClamp(float32(v*id)+16.5, 31)

@@ -88,23 +88,32 @@ func quantizeQ8_0Block(dst []byte, x []float32) {
 }
 
 func quantizeQ4_0Block(dst []byte, x []float32) {
+	id := signedMaxScale(dst, x, 8)
+	for j := 0; j < 16; j++ {
+		q0 := min(15, int8(x[j]*id+8.5))
+		q1 := min(15, int8(x[16+j]*id+8.5))
+		dst[2+j] = byte(q0) | byte(q1)<<4
+	}
+}
+
+// signedMaxScale is the scale of GGML's reference Q4_0 and Q5_0
+// quantisers: d puts the element of x of largest magnitude (the first of
+// equals) at level −levels, so its sign sets d's. It stores d as float16
+// in dst[0:2] and returns 1/d for the quants (0 when d is 0).
+func signedMaxScale(dst []byte, x []float32, levels float32) float32 {
 	var amax, vmax float32
 	for _, v := range x {
 		if a := float32(math.Abs(float64(v))); a > amax {
 			amax, vmax = a, v
 		}
 	}
-	d := vmax / -8
+	d := vmax / -levels
 	var id float32
 	if d != 0 {
 		id = 1 / d
 	}
 	binary.LittleEndian.PutUint16(dst, F32ToF16(d))
-	for j := 0; j < 16; j++ {
-		q0 := min(15, int8(x[j]*id+8.5))
-		q1 := min(15, int8(x[16+j]*id+8.5))
-		dst[2+j] = byte(q0) | byte(q1)<<4
-	}
+	return id
 }
 
 // Dequantize decodes src, holding len(dst) values of type t, into dst.
