@@ -30,7 +30,7 @@ start() {
 stop() { kill $pid; wait $pid 2>/dev/null || true; pid=; }
 
 # Models: random weights at the 110M shape (dim 768, hidden 2048, 12 layers, 12 heads).
-for t in f32 q8_0 q4_k; do
+for t in f32 q8_0 q4_k q5_k q6_k q5_0; do
   [ -f "$out/r110m-$t.gguf" ] || "$bh" convert --random 110M --type "$t" --out "$out/r110m-$t.gguf"
 done
 
@@ -39,6 +39,11 @@ for t in q8_0 f32 q4_k; do
   for th in 1 2; do
     "$bh" bench model --model "$out/r110m-$t.gguf" --threads "$th" --reps 3 --peer --json | tail -1 | tee -a "$out/model.jsonl"
   done
+done
+
+echo "== bench model, the other quantised types, 2 threads"
+for t in q5_k q6_k q5_0; do
+  "$bh" bench model --model "$out/r110m-$t.gguf" --threads 2 --reps 3 --peer --json | tail -1 | tee -a "$out/model.jsonl"
 done
 
 echo "== bench model with an f16 KV cache (kv.dtype: f16; the llama.cpp peer uses f16 in every run)"
