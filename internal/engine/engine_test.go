@@ -41,8 +41,14 @@ type harness struct {
 
 func startEngine(t testing.TB, m *model.Model, pages, pageSize int, cfg Config, setup ...func(*kv.Pool, *Config)) *harness {
 	t.Helper()
+	return startEngineKV(t, m, pages, pageSize, model.KVF32, cfg, setup...)
+}
+
+// startEngineKV is startEngine over a pool storing KV as kvt.
+func startEngineKV(t testing.TB, m *model.Model, pages, pageSize int, kvt model.KVType, cfg Config, setup ...func(*kv.Pool, *Config)) *harness {
+	t.Helper()
 	pc := kv.ConfigFor(&m.Config, pages, pageSize)
-	pc.Scrub = kv.ScrubPoison
+	pc.Scrub, pc.Type = kv.ScrubPoison, kvt
 	pool, err := kv.NewPool(pc)
 	if err != nil {
 		t.Fatal(err)
@@ -74,11 +80,21 @@ func startEngine(t testing.TB, m *model.Model, pages, pageSize int, cfg Config, 
 // batching, no scheduler.
 func solo(t testing.TB, m *model.Model, prompt []int, maxTokens int, p sample.Params) []int {
 	t.Helper()
+	return soloKV(t, m, prompt, maxTokens, p, model.KVF32)
+}
+
+// soloKV is solo with dense storage of type kvt.
+func soloKV(t testing.TB, m *model.Model, prompt []int, maxTokens int, p sample.Params, kvt model.KVType) []int {
+	t.Helper()
 	threads := kernels.NewPool(1)
 	defer threads.Close()
 	r := m.NewRunner(threads, 64)
+	cache, err := model.NewDenseCacheOf(&m.Config, len(prompt)+maxTokens, kvt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []int
-	_, err := r.Generate(prompt, model.NewDenseCache(&m.Config, len(prompt)+maxTokens), maxTokens, sample.New(p), func(tok int) bool {
+	_, err = r.Generate(prompt, cache, maxTokens, sample.New(p), func(tok int) bool {
 		out = append(out, tok)
 		return true
 	})
@@ -144,16 +160,19 @@ func TestSingleRequestMatchesSolo(t *testing.T) {
 // solo output token for token, no ownership check may trip, and the pool
 // must end entirely free and scrubbed.
 func TestIsolationUnderLoad(t *testing.T) {
-	t.Run("no prefix cache", func(t *testing.T) { isolationUnderLoad(t, false) })
-	t.Run("prefix cache", func(t *testing.T) { isolationUnderLoad(t, true) })
+	t.Run("no prefix cache", func(t *testing.T) { isolationUnderLoad(t, false, model.KVF32) })
+	t.Run("prefix cache", func(t *testing.T) { isolationUnderLoad(t, true, model.KVF32) })
+	// An f16 cache: each response must equal that request run alone over
+	// dense f16 storage, through preemption, the prefix cache and batching.
+	t.Run("prefix cache, f16 KV", func(t *testing.T) { isolationUnderLoad(t, true, model.KVF16) })
 }
 
-func isolationUnderLoad(t *testing.T, withPrefix bool) {
+func isolationUnderLoad(t *testing.T, withPrefix bool, kvt model.KVType) {
 	m := stories(t)
 	const pages, pageSize = 40, 16 // 640 tokens for up to 64 requests: preemption is certain
 	cfg := Config{BatchTokens: 96, MaxRunning: 16}
 	var pc *prefix.Cache
-	h := startEngine(t, m, pages, pageSize, cfg, func(pool *kv.Pool, c *Config) {
+	h := startEngineKV(t, m, pages, pageSize, kvt, cfg, func(pool *kv.Pool, c *Config) {
 		if withPrefix {
 			var err error
 			if pc, err = prefix.New(pool, prefix.Config{MaxBlocks: 16}); err != nil {
@@ -191,7 +210,7 @@ func isolationUnderLoad(t *testing.T, withPrefix bool) {
 		if i%7 == 3 {
 			j.cancelAt = rng.IntN(10)
 		}
-		j.want = solo(t, m, j.prompt, j.max, j.params)
+		j.want = soloKV(t, m, j.prompt, j.max, j.params, kvt)
 		jobs[i] = j
 	}
 
