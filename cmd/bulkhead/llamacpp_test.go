@@ -29,11 +29,13 @@ func TestLlamaCppReadsConvertedGGUF(t *testing.T) {
 	path := convertEmbedded(t, "f32")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	for _, g := range loadGolden(t) {
-		res, err := peer.Generate(ctx, path, g.Prompt, g.MaxTokens+1, 1)
-		if err != nil {
-			t.Fatalf("llama.cpp on %s: %v", path, err)
+	lines := loadGolden(t)
+	refs := peerAll(ctx, t, path, lines, lines[0].MaxTokens+1)
+	for i, g := range lines {
+		if g.MaxTokens != lines[0].MaxTokens {
+			t.Fatalf("golden lines ask for %d and %d tokens; this test asks llama.cpp for one count", g.MaxTokens, lines[0].MaxTokens)
 		}
+		res := refs[i]
 		if !equalInts(res.PromptTokens, g.PromptTokens) {
 			t.Errorf("llama.cpp tokenized %q as %v, want %v", g.Prompt, res.PromptTokens, g.PromptTokens)
 		}
@@ -58,12 +60,10 @@ func TestLlamaCppAgreesOnQuantized(t *testing.T) {
 	for _, typ := range []string{"f16", "q8_0", "q4_0"} {
 		path := convertEmbedded(t, typ)
 		lines := loadGolden(t)
+		refs := peerAll(ctx, t, path, lines, 20)
 		same := 0
-		for _, g := range lines {
-			res, err := peer.Generate(ctx, path, g.Prompt, 20, 1)
-			if err != nil {
-				t.Fatalf("llama.cpp on %s: %v", path, err)
-			}
+		for i, g := range lines {
+			res := refs[i]
 			ours, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", g.Prompt, "--max-tokens", "20", "--temperature", "0")
 			if code != 0 {
 				t.Fatalf("bulkhead generate on %s: %s", path, errOut)
@@ -79,4 +79,19 @@ func TestLlamaCppAgreesOnQuantized(t *testing.T) {
 			t.Errorf("%s: only %d of %d completions agree with llama.cpp, want at least %d", typ, same, len(lines), floor)
 		}
 	}
+}
+
+// peerAll asks llama.cpp, loading path once, for a greedy maxTokens-token
+// completion of every golden prompt.
+func peerAll(ctx context.Context, t *testing.T, path string, lines []golden, maxTokens int) []peer.Result {
+	t.Helper()
+	prompts := make([]string, len(lines))
+	for i, g := range lines {
+		prompts[i] = g.Prompt
+	}
+	res, err := peer.GenerateAll(ctx, path, prompts, maxTokens, 1)
+	if err != nil {
+		t.Fatalf("llama.cpp on %s: %v", path, err)
+	}
+	return res
 }

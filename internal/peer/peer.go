@@ -145,6 +145,39 @@ func Generate(ctx context.Context, model, prompt string, maxTokens, threads int)
 	return Result{Completion: *out.Completion, PromptTokens: out.PromptTokens, Tokens: out.Tokens}, nil
 }
 
+// GenerateAll is Generate for each of prompts, in order, with the model
+// loaded once: one node process instead of one per prompt.
+func GenerateAll(ctx context.Context, model string, prompts []string, maxTokens, threads int) ([]Result, error) {
+	if maxTokens < 0 || len(prompts) == 0 {
+		return nil, fmt.Errorf("peer generate: %d prompts, maxTokens %d; want at least one prompt and maxTokens >= 0", len(prompts), maxTokens)
+	}
+	js, err := json.Marshal(prompts)
+	if err != nil {
+		return nil, fmt.Errorf("peer generate: %w", err)
+	}
+	var out []struct {
+		Completion   *string `json:"completion"`
+		PromptTokens []int   `json:"prompt_tokens"`
+		Tokens       []int   `json:"tokens"`
+	}
+	err = run(ctx, &out, "generate", "--model", model, "--prompts-json", string(js),
+		"--max-tokens", strconv.Itoa(maxTokens), "--threads", strconv.Itoa(max(threads, 1)))
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != len(prompts) {
+		return nil, fmt.Errorf("peer generate: %d results for %d prompts", len(out), len(prompts))
+	}
+	res := make([]Result, len(out))
+	for i, o := range out {
+		if o.Completion == nil || o.PromptTokens == nil || o.Tokens == nil {
+			return nil, fmt.Errorf("peer generate: result %d lacks completion, prompt_tokens or tokens", i)
+		}
+		res[i] = Result{Completion: *o.Completion, PromptTokens: o.PromptTokens, Tokens: o.Tokens}
+	}
+	return res, nil
+}
+
 // Bench runs `llamacpp.mjs bench`: prefill speed over a promptTokens-token
 // prompt in one batch, and single-stream decode speed over genTokens tokens,
 // each on a fresh context, best and median of reps after one untimed

@@ -68,6 +68,11 @@ if (model === "fail") {
 }
 if (model === "garbage") { process.stdout.write("not json\n"); process.exit(0); }
 if (model === "hang") { setTimeout(() => {}, 60000); }
+else if (args[0] === "generate" && args.includes("--prompts-json")) {
+    const prompts = JSON.parse(args[args.indexOf("--prompts-json") + 1]);
+    const n = model === "short" ? prompts.length - 1 : prompts.length;
+    process.stdout.write(JSON.stringify(prompts.slice(0, n).map((p, i) => ({completion: "echo:" + p, prompt_tokens: [1], tokens: [i]}))) + "\n");
+}
 else if (args[0] === "generate")
     process.stdout.write(JSON.stringify({completion: "echo:" + args.join(" "), prompt_tokens: [1, 2], tokens: [3]}) + "\n");
 else if (args[0] === "bench")
@@ -100,6 +105,18 @@ func TestCommandsAgainstFakeScript(t *testing.T) {
 	want := Result{Completion: "echo:generate --model m.gguf --prompt a prompt --max-tokens 7 --threads 1", PromptTokens: []int{1, 2}, Tokens: []int{3}}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("Generate = %+v, want %+v", res, want)
+	}
+
+	all, err := GenerateAll(ctx, "m.gguf", []string{"one", `two "quoted"`}, 7, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAll := []Result{{Completion: "echo:one", PromptTokens: []int{1}, Tokens: []int{0}}, {Completion: `echo:two "quoted"`, PromptTokens: []int{1}, Tokens: []int{1}}}
+	if !reflect.DeepEqual(all, wantAll) {
+		t.Fatalf("GenerateAll = %+v, want %+v", all, wantAll)
+	}
+	if _, err := GenerateAll(ctx, "short", []string{"a", "b"}, 7, 1); err == nil || !strings.Contains(err.Error(), "1 results for 2 prompts") {
+		t.Fatalf("GenerateAll with a missing result = %v, want an error counting them", err)
 	}
 
 	b, err := Bench(ctx, "m.gguf", 2, 16, 8, 1)
@@ -153,6 +170,9 @@ func TestContextCancelStopsNode(t *testing.T) {
 func TestArgumentChecks(t *testing.T) {
 	if _, err := Generate(context.Background(), "m", "p", -1, 1); err == nil {
 		t.Error("Generate accepted maxTokens -1")
+	}
+	if _, err := GenerateAll(context.Background(), "m", nil, 1, 1); err == nil {
+		t.Error("GenerateAll accepted no prompts")
 	}
 	if _, err := Bench(context.Background(), "m", 0, 256, 256, 3); err == nil {
 		t.Error("Bench accepted threads 0")

@@ -7,6 +7,10 @@
 // Commands (every result is one JSON document on stdout; logs and errors go to stderr):
 //   generate --model F.gguf --prompt TEXT --max-tokens N [--threads T]
 //       {"completion": "...", "prompt_tokens": [...], "tokens": [...]}
+//   generate --model F.gguf --prompts-json '["TEXT", ...]' --max-tokens N [--threads T]
+//       [{"completion": ...}, ...]: the same for each prompt, each on a fresh context, with the
+//       model loaded once (starting node and loading the library costs more than a short
+//       completion)
 //   bench --model F.gguf --threads T [--prompt-tokens 256] [--gen-tokens 256] [--reps 3]
 //       {"prefill_tokens_per_s": ..., "decode_tokens_per_s": ..., "threads": T, "llama_cpp": "...", ...}
 //   tokenize --model F.gguf --text TEXT
@@ -21,7 +25,7 @@ import {fileURLToPath} from "node:url";
 import {performance} from "node:perf_hooks";
 
 const usage = `usage:
-  node llamacpp.mjs generate --model F.gguf --prompt TEXT --max-tokens N [--threads T]
+  node llamacpp.mjs generate --model F.gguf (--prompt TEXT | --prompts-json JSON) --max-tokens N [--threads T]
   node llamacpp.mjs bench --model F.gguf --threads T [--prompt-tokens 256] [--gen-tokens 256] [--reps 3]
   node llamacpp.mjs tokenize --model F.gguf --text TEXT`;
 
@@ -51,6 +55,7 @@ function parse(argv) {
         options: {
             model: {type: "string"},
             prompt: {type: "string"},
+            "prompts-json": {type: "string"},
             text: {type: "string"},
             "max-tokens": {type: "string"},
             threads: {type: "string"},
@@ -62,14 +67,25 @@ function parse(argv) {
     if (values.model === undefined)
         throw new UsageError("--model is required");
     switch (command) {
-        case "generate":
-            if (values.prompt === undefined)
-                throw new UsageError("--prompt is required");
+        case "generate": {
+            if ((values.prompt === undefined) === (values["prompts-json"] === undefined))
+                throw new UsageError("exactly one of --prompt and --prompts-json is required");
+            let prompts;
+            if (values["prompts-json"] !== undefined) {
+                try {
+                    prompts = JSON.parse(values["prompts-json"]);
+                } catch (err) {
+                    throw new UsageError(`--prompts-json is not JSON: ${err.message}`);
+                }
+                if (!Array.isArray(prompts) || prompts.length === 0 || !prompts.every((p) => typeof p === "string"))
+                    throw new UsageError("--prompts-json must be a non-empty JSON array of strings");
+            }
             return {
-                command, model: values.model, prompt: values.prompt,
+                command, model: values.model, prompt: values.prompt, prompts,
                 maxTokens: intFlag(values, "max-tokens", undefined, 0),
                 threads: intFlag(values, "threads", 1, 1)
             };
+        }
         case "bench":
             return {
                 command, model: values.model,
@@ -147,7 +163,21 @@ async function nextToken(sequence, tokens) {
 async function generate(opts) {
     const llama = await loadLlama(opts.threads);
     const model = await llama.loadModel({modelPath: opts.model, gpuLayers: 0});
-    const promptTokens = tokenizeWithBos(model, opts.prompt);
+    let result;
+    if (opts.prompts !== undefined) {
+        result = [];
+        for (const prompt of opts.prompts)
+            result.push(await complete(model, prompt, opts));
+    } else {
+        result = await complete(model, opts.prompt, opts);
+    }
+    await model.dispose();
+    return result;
+}
+
+// complete greedily continues one prompt on a fresh context of its own.
+async function complete(model, prompt, opts) {
+    const promptTokens = tokenizeWithBos(model, prompt);
     if (promptTokens.length === 0)
         throw new Error("prompt tokenized to no tokens and the model adds no BOS; nothing to condition on");
     const contextSize = promptTokens.length + opts.maxTokens;
@@ -167,7 +197,6 @@ async function generate(opts) {
     }
     const completion = model.detokenize(tokens, false, promptTokens);
     await context.dispose();
-    await model.dispose();
     return {completion, prompt_tokens: promptTokens, tokens};
 }
 
