@@ -98,7 +98,7 @@ func TestUsageErrors(t *testing.T) {
 		{"generate", "--prompt", "x", "--temperature", "-1"},
 		{"generate", "--prompt", "x", "stray"},
 		{"generate", "--prompt", "x", "--kv-dtype", "q8_0"},
-		{"convert", "--type", "q3_k", "--out", "x.gguf"},
+		{"convert", "--type", "q8_k", "--out", "x.gguf"},
 		{"convert", "--random", "7B", "--out", "x.gguf"},
 		{"nosuchcommand"},
 	}

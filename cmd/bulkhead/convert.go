@@ -26,7 +26,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer file for --checkpoint")
 	random := fs.String("random", "", "write a random-weight model of this shape instead: "+convert.ShapeNames())
 	seed := fs.Uint64("seed", 1, "seed for --random weights")
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes of q4_k or q5_k with q6_k); K-quants need rows of a multiple of 256, other matrices fall back as in llama.cpp (q4_k to q5_0, q5_k to q5_1, q6_k to q8_0; f16 if rows are not a multiple of 32)")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes of q4_k or q5_k with q6_k), q3_k_m (its mix of q3_k with q4_k, q5_k and q6_k); K-quants need rows of a multiple of 256, other matrices fall back as in llama.cpp (q2_k, q3_k and q4_k to q5_0, q5_k to q5_1, q6_k to q8_0; f16 if rows are not a multiple of 32)")
 	out := fs.String("out", "", "output GGUF path (required)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -35,14 +35,15 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return usagef("--out is required")
 	}
 	mixQ4KM, mixQ5KM := strings.EqualFold(*typ, "q4_k_m"), strings.EqualFold(*typ, "q5_k_m")
+	mixQ3KM := strings.EqualFold(*typ, "q3_k_m")
 	dt := tensor.Q4_K
 	var err error
-	if !mixQ4KM && !mixQ5KM {
+	if !mixQ4KM && !mixQ5KM && !mixQ3KM {
 		if dt, err = tensor.ParseDType(*typ); err != nil {
 			return usageError{err}
 		}
 		if !slices.Contains(convert.Types(), dt) {
-			return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)", dt)
+			return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m)", dt)
 		}
 	}
 	var m *convert.Model
@@ -87,6 +88,8 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 			return convert.WriteGGUFQ4KM(w, m)
 		case mixQ5KM:
 			return convert.WriteGGUFQ5KM(w, m)
+		case mixQ3KM:
+			return convert.WriteGGUFQ3KM(w, m)
 		}
 		return convert.WriteGGUF(w, m, dt)
 	})

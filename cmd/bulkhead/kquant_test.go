@@ -44,7 +44,7 @@ func tensorTypes(t *testing.T, path string) (map[string]tensor.Tensor, uint64) {
 	return out, ft
 }
 
-// `convert --random 2M --type q4_k|q5_k|q6_k` (and the 32-element
+// `convert --random 2M --type q2_k|q3_k|q4_k|q5_k|q6_k` (and the 32-element
 // q4_1|q5_0|q5_1) writes every matrix in the type, norms as F32, the ggml
 // file type llama.cpp uses for it, and a file `generate` loads and runs.
 func TestConvertKQuantRandom(t *testing.T) {
@@ -53,6 +53,7 @@ func TestConvertKQuantRandom(t *testing.T) {
 		dt       tensor.DType
 		fileType uint64
 	}{{"q4_k", tensor.Q4_K, 14}, {"q5_k", tensor.Q5_K, 16}, {"q6_k", tensor.Q6_K, 18},
+		{"q3_k", tensor.Q3_K, 11}, {"q2_k", tensor.Q2_K, 10},
 		{"q4_1", tensor.Q4_1, 3}, {"q5_0", tensor.Q5_0, 8}, {"q5_1", tensor.Q5_1, 9}} {
 		path := convertRandomK(t, tc.typ)
 		types, ft := tensorTypes(t, path)
@@ -113,16 +114,46 @@ func TestConvertKMMixes(t *testing.T) {
 	}
 }
 
+// `convert --type q3_k_m` mixes types as llama.cpp's Q3_K_M does: Q6_K for
+// the output matrix (the tied token embeddings), Q5_K for the value
+// projections of the first two layers (of the 2M shape's two, both), Q4_K
+// for the down projections past the first sixteenth of the layers (all
+// of two) and the attention outputs, Q3_K for every other matrix, and
+// file type 12.
+func TestConvertQ3KMMix(t *testing.T) {
+	path := convertRandomK(t, "q3_k_m")
+	types, ft := tensorTypes(t, path)
+	if ft != 12 {
+		t.Errorf("q3_k_m: general.file_type %d, want 12", ft)
+	}
+	want := map[string]tensor.DType{"token_embd.weight": tensor.Q6_K,
+		"blk.0.attn_v.weight": tensor.Q5_K, "blk.1.attn_v.weight": tensor.Q5_K,
+		"blk.0.ffn_down.weight": tensor.Q4_K, "blk.1.ffn_down.weight": tensor.Q4_K,
+		"blk.0.attn_output.weight": tensor.Q4_K, "blk.1.attn_q.weight": tensor.Q3_K,
+		"blk.0.attn_k.weight": tensor.Q3_K, "blk.1.ffn_up.weight": tensor.Q3_K, "blk.0.ffn_gate.weight": tensor.Q3_K}
+	for name, dt := range want {
+		if tt, ok := types[name]; !ok || tt.Type != dt {
+			t.Errorf("q3_k_m: tensor %s is %v, want %s", name, tt.Type, dt)
+		}
+	}
+	out, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", "Once upon a time", "--max-tokens", "12", "--temperature", "0")
+	if code != 0 || out == "" {
+		t.Fatalf("q3_k_m: generate exit %d, output %q: %s", code, out, errOut)
+	}
+}
+
 // stories260K's rows are 64 and 172 wide: no K-quant fits, so a K-quant
 // conversion writes the 64-wide matrices in the type llama.cpp's quantizer
-// substitutes (Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K) and the
+// substitutes (Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K; Q5_0 for Q3_K
+// and Q2_K, as llama.cpp did before IQ4_NL) and the
 // 172-wide ones (not even whole 32-element blocks) as F16, and the file
 // still runs. Its tensors are then exactly those of a conversion to the
 // substitute type, so it must generate exactly that file's text; the
 // 4-bit substitutes of so small a model reproduce none of the F32 golden
 // completions, so only Q6_K's (Q8_0's) must reproduce some.
 func TestConvertKQuantFallback(t *testing.T) {
-	for typ, sub := range map[string]tensor.DType{"q4_k": tensor.Q5_0, "q5_k": tensor.Q5_1, "q6_k": tensor.Q8_0} {
+	for typ, sub := range map[string]tensor.DType{"q4_k": tensor.Q5_0, "q5_k": tensor.Q5_1, "q6_k": tensor.Q8_0,
+		"q3_k": tensor.Q5_0, "q2_k": tensor.Q5_0} {
 		path := convertEmbedded(t, typ)
 		twin := convertEmbedded(t, strings.ToLower(sub.String()))
 		types, _ := tensorTypes(t, path)
@@ -166,8 +197,8 @@ var kquantPrompts = []string{
 	"Mom said no", "A cat sat on the mat", "They found a box", "Ben likes to run",
 }
 
-// TestLlamaCppAgreesOnKQuants is the proof that Bulkhead reads Q4_K, Q5_K
-// and Q6_K blocks as ggml does: llama.cpp loads the files Bulkhead writes, and
+// TestLlamaCppAgreesOnKQuants is the proof that Bulkhead reads Q2_K, Q3_K,
+// Q4_K, Q5_K and Q6_K blocks as ggml does: llama.cpp loads the files Bulkhead writes, and
 // the two engines' greedy continuations of the same file agree.
 //
 // They cannot agree everywhere: llama.cpp multiplies K-quant rows by
@@ -178,16 +209,18 @@ var kquantPrompts = []string{
 // identical and 8 of 10 sharing their first 4 bytes, Q5_K 7 and 10, Q6_K
 // 8 and 10, the Q4_K_M mix 7 and 9, the Q5_K_M mix 4 and 7 (Q8_0 and
 // Q4_0, where llama.cpp quantises activations in 32-element blocks as
-// Bulkhead does, reach 9 of 10). A misread layout (the nibbles of a Q4_K
-// byte swapped, the two scales of a Q6_K activation block, or the two
-// fifth bits of a Q5_K chunk) gives 0 and 0 to 1: a different model parts
-// at the first token. The floors sit between.
+// Bulkhead does, reach 9 of 10); Q3_K 8 and 10, Q2_K 7 and 10, the Q3_K_M
+// mix 9 and 9. A misread layout (the nibbles of a Q4_K byte swapped, the
+// two scales of a Q6_K activation block, the two fifth bits of a Q5_K
+// chunk, or the 2-bit fields at shifts 0 and 2 of a Q3_K or Q2_K byte)
+// gives 0 and 0 to 2: a different model parts at the first token. The
+// floors sit between.
 func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 	requirePeer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const maxTokens = 8
-	for _, typ := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"} {
+	for _, typ := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "q3_k", "q2_k", "q3_k_m"} {
 		path := convertRandomK(t, typ)
 		same, prefix := 0, 0
 		for _, prompt := range kquantPrompts {
@@ -211,7 +244,8 @@ func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 		}
 		t.Logf("%s: %d of %d %d-token greedy completions identical in Bulkhead and llama.cpp, %d share their first 4 bytes",
 			typ, same, len(kquantPrompts), maxTokens, prefix)
-		if floor := map[string]int{"q4_k": 4, "q5_k": 5, "q6_k": 6, "q4_k_m": 4, "q5_k_m": 3}[typ]; same < floor {
+		if floor := map[string]int{"q4_k": 4, "q5_k": 5, "q6_k": 6, "q4_k_m": 4, "q5_k_m": 3,
+			"q3_k": 6, "q2_k": 5, "q3_k_m": 6}[typ]; same < floor {
 			t.Errorf("%s: only %d of %d completions agree with llama.cpp, want at least %d", typ, same, len(kquantPrompts), floor)
 		}
 		floor := 7

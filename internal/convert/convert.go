@@ -18,19 +18,22 @@ import (
 )
 
 // ggml "file type" ids for general.file_type: what most tensors hold. An
-// all-Q4_K file is llama.cpp's MOSTLY_Q4_K_S (14) and an all-Q5_K one its
-// MOSTLY_Q5_K_S (16); MOSTLY_Q4_K_M (15) and MOSTLY_Q5_K_M (17) would
-// promise some Q6_K tensors, which WriteGGUF does not write.
+// all-Q4_K file is llama.cpp's MOSTLY_Q4_K_S (14), an all-Q5_K one its
+// MOSTLY_Q5_K_S (16) and an all-Q3_K one its MOSTLY_Q3_K_S (11);
+// MOSTLY_Q4_K_M (15) and MOSTLY_Q5_K_M (17) would promise some Q6_K
+// tensors, which WriteGGUF does not write. An all-Q2_K file gets
+// MOSTLY_Q2_K (10), the nearest id, though llama.cpp's own Q2_K gives the
+// value, down and output projections Q3_K or Q4_K.
 var fileType = map[tensor.DType]uint32{
 	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q4_1: 3, tensor.Q8_0: 7,
 	tensor.Q5_0: 8, tensor.Q5_1: 9, tensor.BF16: 32,
-	tensor.Q4_K: 14, tensor.Q5_K: 16, tensor.Q6_K: 18,
+	tensor.Q2_K: 10, tensor.Q3_K: 11, tensor.Q4_K: 14, tensor.Q5_K: 16, tensor.Q6_K: 18,
 }
 
 // Types lists the tensor types the converter writes.
 func Types() []tensor.DType {
 	return []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1,
-		tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+		tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
 }
 
 // Model is what the converter writes: an architecture, its tokenizer, and
@@ -49,23 +52,23 @@ type Model struct {
 // a 32-element block type, say) is written as F16 instead, which is what
 // llama.cpp's own quantizer does for such tensors.
 //
-// The K-quants (Q4_K, Q5_K, Q6_K) need rows of a multiple of 256. A matrix
-// whose rows are not falls back as in llama.cpp's quantizer: Q4_K to Q5_0,
-// Q5_K to Q5_1 and Q6_K to Q8_0 when the rows are a multiple of 32, else
-// F16.
+// The K-quants (Q2_K to Q6_K) need rows of a multiple of 256. A matrix
+// whose rows are not falls back as in llama.cpp's quantizer (fallbackType)
+// when the rows are a multiple of 32, else to F16.
 func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	ft, ok := fileType[t]
 	if !ok {
-		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", t)
+		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", t)
 	}
 	return write(w, m, ft, func(string) tensor.DType { return t })
 }
 
-// Q4KMFileType and Q5KMFileType are llama.cpp's general.file_type for
-// MOSTLY_Q4_K_M and MOSTLY_Q5_K_M.
+// Q4KMFileType, Q5KMFileType and Q3KMFileType are llama.cpp's
+// general.file_type for MOSTLY_Q4_K_M, MOSTLY_Q5_K_M and MOSTLY_Q3_K_M.
 const (
 	Q4KMFileType = 15
 	Q5KMFileType = 17
+	Q3KMFileType = 12
 )
 
 // WriteGGUFQ4KM encodes m the way llama.cpp's Q4_K_M quantisation mixes
@@ -86,25 +89,65 @@ func WriteGGUFQ5KM(w io.Writer, m *Model) error {
 	return writeKMix(w, m, Q5KMFileType, tensor.Q5_K)
 }
 
+// WriteGGUFQ3KM encodes m as llama.cpp's Q3_K_M does for a llama model
+// (llama_tensor_get_type with MOSTLY_Q3_K_M, no experts, not 70B): Q6_K
+// for the output matrix (the token embeddings when tied), Q5_K for the
+// value projections of the first two layers and Q4_K for the others',
+// Q5_K for the feed-forward down projections of the first sixteenth of
+// the layers and Q4_K for the rest, Q4_K for the attention output
+// projections, and Q3_K for every other matrix. The fallbacks of WriteGGUF
+// apply to rows that are not a multiple of 256.
+func WriteGGUFQ3KM(w io.Writer, m *Model) error {
+	n := m.Config.Layers
+	output := outputName(m)
+	return write(w, m, Q3KMFileType, func(name string) tensor.DType {
+		if name == output {
+			return tensor.Q6_K
+		}
+		layer, kind := layerTensor(name)
+		switch {
+		case kind == "attn_v.weight" && layer < 2, kind == "ffn_down.weight" && layer < n/16:
+			return tensor.Q5_K
+		case kind == "attn_v.weight", kind == "ffn_down.weight", kind == "attn_output.weight":
+			return tensor.Q4_K
+		}
+		return tensor.Q3_K
+	})
+}
+
+// layerTensor splits a layer's tensor name, blk.N.KIND, into N and KIND
+// ("attn_v.weight"); other names give −1 and "".
+func layerTensor(name string) (int, string) {
+	var layer int
+	var kind string
+	if _, err := fmt.Sscanf(name, "blk.%d.%s", &layer, &kind); err != nil {
+		return -1, ""
+	}
+	return layer, kind
+}
+
+// outputName is the matrix the output projection uses: output.weight, or
+// the token embeddings when the model ties the two.
+func outputName(m *Model) string {
+	for _, t := range m.Tensors {
+		if t.Name == "output.weight" {
+			return t.Name
+		}
+	}
+	return "token_embd.weight"
+}
+
 // writeKMix writes the _M mix of llama.cpp's K-quant schemes: Q6_K where
 // WriteGGUFQ4KM's comment says, base everywhere else.
 func writeKMix(w io.Writer, m *Model, ft uint32, base tensor.DType) error {
 	n := m.Config.Layers
 	moreBits := func(i int) bool { return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 }
-	output := "token_embd.weight"
-	for _, t := range m.Tensors {
-		if t.Name == "output.weight" {
-			output = t.Name
-		}
-	}
+	output := outputName(m)
 	return write(w, m, ft, func(name string) tensor.DType {
-		var layer int
-		var kind string
 		if name == output {
 			return tensor.Q6_K
 		}
-		if _, err := fmt.Sscanf(name, "blk.%d.%s", &layer, &kind); err == nil &&
-			(kind == "attn_v.weight" || kind == "ffn_down.weight") && moreBits(layer) {
+		if layer, kind := layerTensor(name); (kind == "attn_v.weight" || kind == "ffn_down.weight") && moreBits(layer) {
 			return tensor.Q6_K
 		}
 		return base
@@ -138,7 +181,9 @@ func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType
 // when asked for t: F32 for vectors, t when the rows hold whole blocks of
 // t, else for a K-quant whose rows hold whole 32-element blocks the type
 // llama.cpp's quantizer substitutes (Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0
-// for Q6_K), else F16.
+// for Q6_K), else F16. For Q2_K and Q3_K current llama.cpp substitutes
+// IQ4_NL, which Bulkhead cannot compute; they get Q5_0, what llama.cpp
+// substituted for them (as for Q4_K) before IQ4_NL existed.
 func fallbackType(t tensor.DType, shape []int) tensor.DType {
 	switch {
 	case len(shape) < 2:
@@ -147,7 +192,7 @@ func fallbackType(t tensor.DType, shape []int) tensor.DType {
 		return t
 	case shape[0]%32 != 0:
 		return tensor.F16
-	case t == tensor.Q4_K:
+	case t == tensor.Q2_K, t == tensor.Q3_K, t == tensor.Q4_K:
 		return tensor.Q5_0
 	case t == tensor.Q5_K:
 		return tensor.Q5_1

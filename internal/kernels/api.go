@@ -1,8 +1,8 @@
 // Package kernels holds the arithmetic of the forward pass: matrix products
 // over weights in their file type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, and the K-quants Q4_K, Q5_K and Q6_K), dot products, normalisation
-// and activation functions, and attention over a float32 or binary16 KV
-// cache. Every type has a pure-Go kernel on every architecture and AVX2
+// Q5_1, and the K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K), dot products,
+// normalisation and activation functions, and attention over a float32 or
+// binary16 KV cache. Every type has a pure-Go kernel on every architecture and AVX2
 // kernels on amd64.
 //
 // Every kernel reduces in a fixed order that depends only on the length of

@@ -8,14 +8,20 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// The batched K-quant path (gemm_kquant_amd64.s, gemm_q5k_amd64.s): Q4_K,
-// Q5_K and Q6_K weights against eight tokens at a time, on the activations
+// The batched K-quant path (gemm_kquant_amd64.s, gemm_q5k_amd64.s): Q2_K
+// to Q6_K weights against eight tokens at a time, on the activations
 // interleaveGroups lays out for the Q8_0 kernel. Unlike Q8_0 nothing is
 // scanned first: K-quant quants are unsigned, so no weight defeats the
 // kernels' byte products.
 
 //go:noescape
 func gemmQ4Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+//go:noescape
+func gemmQ2Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+//go:noescape
+func gemmQ3Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 
 //go:noescape
 func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
@@ -46,5 +52,5 @@ func gemmKRows(g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile in
 
 // hasGemm reports whether weights of type t have an eight-token kernel.
 func hasGemm(t tensor.DType) bool {
-	return t == tensor.Q8_0 || t == tensor.Q4_K || t == tensor.Q5_K || t == tensor.Q6_K
+	return t == tensor.Q8_0 || t == tensor.Q2_K || t == tensor.Q3_K || t == tensor.Q4_K || t == tensor.Q5_K || t == tensor.Q6_K
 }

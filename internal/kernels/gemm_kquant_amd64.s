@@ -17,7 +17,8 @@
 // frame, one 160-byte record per activation block j (at 96+160j):
 //
 //	0   the quants of rows 0..3 for block j, 32 bytes each, as bytes
-//	    0..15 (Q4_K) or 0..63 (Q6_K), element e at 32r+e
+//	    0..15 (Q4_K), 0..63 (Q6_K), 0..7 (Q3_K) or 0..3 (Q2_K), element
+//	    e at 32r+e (Q3_K's and Q2_K's records: at the end of the file)
 //	128 Q4_K: sc_j of rows 0..3 as float32;  Q6_K: s_2j likewise
 //	144 Q4_K: m_j/8 of rows 0..3 as float32; Q6_K: s_2j+1 likewise
 //
@@ -181,12 +182,16 @@ g4kDone:
 
 // G6K_SC converts the four rows' int8 scales s_K..s_K+7 (at OFF) to
 // float32 and transposes them into records A..D (blocks K/2..K/2+3):
-// block j's s_2j at 128, s_2j+1 at 144.
+// block j's s_2j at 128, s_2j+1 at 144. G6K_SCM does it for scales at
+// the memory operands M0..M3 (rows 0..3).
 #define G6K_SC(OFF, A, B, C, D) \
-	VPMOVSXBD OFF(DX), Y0; \
-	VPMOVSXBD OFF(DX)(R12*1), Y1; \
-	VPMOVSXBD OFF(DX)(R14*1), Y2; \
-	VPMOVSXBD OFF(DX)(R15*1), Y3; \
+	G6K_SCM(OFF(DX), OFF(DX)(R12*1), OFF(DX)(R14*1), OFF(DX)(R15*1), A, B, C, D)
+
+#define G6K_SCM(M0, M1, M2, M3, A, B, C, D) \
+	VPMOVSXBD M0, Y0; \
+	VPMOVSXBD M1, Y1; \
+	VPMOVSXBD M2, Y2; \
+	VPMOVSXBD M3, Y3; \
 	VCVTDQ2PS Y0, Y0; \
 	VCVTDQ2PS Y1, Y1; \
 	VCVTDQ2PS Y2, Y2; \
@@ -256,9 +261,10 @@ g4kDone:
 	G6K_Q(QL, QH, R14, 64, A, B, C, D); \
 	G6K_Q(QL, QH, R15, 96, A, B, C, D)
 
-// G6K_SX stores 32·Σx of the tokens' elements in groups XO..XO+3 (one
-// sub-block) at SLOT(SP); Y15 holds byte ones.
-#define G6K_SX(XO, SLOT) \
+// G6K_SX stores z·Σx (z = 2^SH: 32 for Q6_K, 4 for Q3_K) of the tokens'
+// elements in groups XO..XO+3 (one sub-block) at SLOT(SP); Y15 holds byte
+// ones.
+#define G6K_SX(XO, SLOT, SH) \
 	VPMADDUBSW XO(R8), Y15, Y9; \
 	VPMADDUBSW XO+32(R8), Y15, Y14; \
 	VPADDW Y14, Y9, Y9; \
@@ -267,7 +273,7 @@ g4kDone:
 	VPMADDUBSW XO+96(R8), Y15, Y14; \
 	VPADDW Y14, Y9, Y9; \
 	VPMADDWD Y8, Y9, Y9; \
-	VPSLLD $5, Y9, Y9; \
+	VPSLLD $SH, Y9, Y9; \
 	VMOVDQU Y9, SLOT(SP)
 
 // G6K_S sets S to row R's dword sums of q·x over the four groups from XO
@@ -289,7 +295,7 @@ g4kDone:
 	VPADDD Y9, S, S
 
 // G6K_ROW adds row R's block into ACC: S0 and S1 its two sub-blocks'
-// sums of q·x, less 32·Σx gives Σ(q−32)·x; s0·S0 + s1·S1 is exact in
+// sums of q·x, less z·Σx gives Σ(q−z)·x; s0·S0 + s1·S1 is exact in
 // float, then acc = fma(d·dx, S, acc).
 #define G6K_ROW(S0, S1, ACC, R) \
 	VPSUBD 0(SP), S0, S0; \
@@ -303,6 +309,30 @@ g4kDone:
 	VBROADCASTSS 64+4*R(SP), Y9; \
 	VMULPS (R8), Y9, Y9; \
 	VFMADD231PS Y9, S0, ACC
+
+// G6K_BLOCK adds one activation block against the records at R9 into
+// Y4-Y7 (ROW: G6K_ROW, the quants standing for q−2^SH; or G2K_ROW, SH 0)
+// and moves R9 on by REC bytes and R8 on by one block; the flags are DECQ
+// R10's, for the loop.
+#define G6K_BLOCK(SH, ROW, REC) \
+	VMOVDQU k4ones8<>(SB), Y15; \
+	G6K_SX(64, 0, SH); \
+	G6K_SX(192, 32, SH); \
+	G6K_S(0, 64, 0, Y0); \
+	G6K_S(1, 64, 0, Y1); \
+	G6K_S(2, 64, 0, Y2); \
+	G6K_S(3, 64, 0, Y3); \
+	G6K_S(0, 192, 16, Y10); \
+	G6K_S(1, 192, 16, Y11); \
+	G6K_S(2, 192, 16, Y12); \
+	G6K_S(3, 192, 16, Y13); \
+	ROW(Y0, Y10, Y4, 0); \
+	ROW(Y1, Y11, Y5, 1); \
+	ROW(Y2, Y12, Y6, 2); \
+	ROW(Y3, Y13, Y7, 3); \
+	ADDQ $REC, R9; \
+	ADDQ $576, R8; \
+	DECQ R10
 
 // func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // is gemmQ4Kx8 for Q6_K weights.
@@ -328,24 +358,7 @@ g6kSuper:
 
 	PCALIGN $32
 g6kBlock:
-	VMOVDQU k4ones8<>(SB), Y15
-	G6K_SX(64, 0)
-	G6K_SX(192, 32)
-	G6K_S(0, 64, 0, Y0)
-	G6K_S(1, 64, 0, Y1)
-	G6K_S(2, 64, 0, Y2)
-	G6K_S(3, 64, 0, Y3)
-	G6K_S(0, 192, 16, Y10)
-	G6K_S(1, 192, 16, Y11)
-	G6K_S(2, 192, 16, Y12)
-	G6K_S(3, 192, 16, Y13)
-	G6K_ROW(Y0, Y10, Y4, 0)
-	G6K_ROW(Y1, Y11, Y5, 1)
-	G6K_ROW(Y2, Y12, Y6, 2)
-	G6K_ROW(Y3, Y13, Y7, 3)
-	ADDQ $160, R9
-	ADDQ $576, R8
-	DECQ R10
+	G6K_BLOCK(5, G6K_ROW, 160)
 	JNZ g6kBlock
 	ADDQ $210, DX
 	DECQ CX
@@ -355,5 +368,175 @@ g6kStore:
 	GK_STORE(g6kGroup, g6kDone, g6kRows, g6kRow, g6kTok)
 
 g6kDone:
+	VZEROUPPER
+	RET
+
+// ---- Q3_K ----
+
+// G3K_SC unpacks row R's sixteen scales (Q3K_SC, X9 the 0x03 mask) into
+// the frame at 1376+16·RI.
+#define G3K_SC(R, RI) \
+	Q3K_SC(R, X0); \
+	VMOVDQU X0, 1376+16*RI(SP)
+
+// G3K_REC stores the four rows' quants of one block (Q3K_Q: Y9 0x03 and
+// Y10 0x04 bytes) in record A.
+#define G3K_REC(QO, SH, HOP, HSH, A) \
+	Q3K_Q(QO, SH, HOP, HSH, AX, Y0); \
+	VMOVDQU Y0, A(SP); \
+	Q3K_Q(QO, SH, HOP, HSH, R12, Y0); \
+	VMOVDQU Y0, A+32(SP); \
+	Q3K_Q(QO, SH, HOP, HSH, R14, Y0); \
+	VMOVDQU Y0, A+64(SP); \
+	Q3K_Q(QO, SH, HOP, HSH, R15, Y0); \
+	VMOVDQU Y0, A+96(SP)
+
+// func gemmQ3Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+// is gemmQ6Kx8 for Q3_K weights: the same records, quants 0..7 standing
+// for q−4 (so pairs add far inside int16), the signed scales unpacked
+// through the frame at 1376.
+TEXT ·gemmQ3Kx8(SB), 0, $1440-64
+	GK_ENTRY(g3kDone)
+
+g3kGroup:
+	GK_GROUP(g3kStore)
+
+g3kSuper:
+	XORQ AX, AX
+	VMOVDQU k3x03<>(SB), Y9
+	G3K_SC(AX, 0)
+	G3K_SC(R12, 1)
+	G3K_SC(R14, 2)
+	G3K_SC(R15, 3)
+	G6K_SCM(1376(SP), 1392(SP), 1408(SP), 1424(SP), 96, 256, 416, 576)
+	G6K_SCM(1384(SP), 1400(SP), 1416(SP), 1432(SP), 736, 896, 1056, 1216)
+	KD_F16(108)
+	VMOVDQU k3x04<>(SB), Y10
+	G3K_REC(32, 0, VPSLLW, 2, 96)
+	G3K_REC(32, 2, VPSLLW, 1, 256)
+	G3K_REC(32, 4, VPSRLW, 0, 416)
+	G3K_REC(32, 6, VPSRLW, 1, 576)
+	G3K_REC(64, 0, VPSRLW, 2, 736)
+	G3K_REC(64, 2, VPSRLW, 3, 896)
+	G3K_REC(64, 4, VPSRLW, 4, 1056)
+	G3K_REC(64, 6, VPSRLW, 5, 1216)
+	GK_PF9
+	ADDQ $440, BX
+	LEAQ 96(SP), R9
+	MOVQ $8, R10
+
+	PCALIGN $32
+g3kBlock:
+	G6K_BLOCK(2, G6K_ROW, 160)
+	JNZ g3kBlock
+	ADDQ $110, DX
+	DECQ CX
+	JNZ g3kSuper
+
+g3kStore:
+	GK_STORE(g3kGroup, g3kDone, g3kRows, g3kRow, g3kTok)
+
+g3kDone:
+	VZEROUPPER
+	RET
+
+// ---- Q2_K ----
+
+// The Q2_K records are 192 bytes: Q6_K's, then m_2j of rows 0..3 as
+// float32 at 160 and m_2j+1 at 176 (sc_2j and sc_2j+1 at 128 and 144).
+// 0(SP) and 32(SP) hold the tokens' Σx of the block's two halves (G6K_SX
+// with SH 0), 64(SP) d and 80(SP) dmin of rows 0..3, and the frame from
+// 1632 the rows' scales (16 bytes each) then mins.
+
+// G2K_NIB splits row R's sixteen scale bytes into scales (low nibbles) at
+// 1632+16·RI and mins (high nibbles) at 1696+16·RI.
+#define G2K_NIB(R, RI) \
+	VMOVDQU (DX)(R*1), X0; \
+	VPAND k4nib<>(SB), X0, X1; \
+	VMOVDQU X1, 1632+16*RI(SP); \
+	VPSRLW $4, X0, X0; \
+	VPAND k4nib<>(SB), X0, X0; \
+	VMOVDQU X0, 1696+16*RI(SP)
+
+// G2K_REC stores the four rows' quants of one block (K2_Q, Y9 0x03 bytes)
+// in record A.
+#define G2K_REC(QO, SH, A) \
+	K2_Q(QO, SH, AX, Y0); \
+	VMOVDQU Y0, A(SP); \
+	K2_Q(QO, SH, R12, Y0); \
+	VMOVDQU Y0, A+32(SP); \
+	K2_Q(QO, SH, R14, Y0); \
+	VMOVDQU Y0, A+64(SP); \
+	K2_Q(QO, SH, R15, Y0); \
+	VMOVDQU Y0, A+96(SP)
+
+// G2K_ROW adds row R's block into ACC: A = sc0·S0 + sc1·S1 and B = m0·T0
+// + m1·T1 (T the halves' Σx) formed in float are exact (every partial
+// below 2^24), then acc = fma(d·dx, A, acc) and fma(dmin·dx, −B, acc).
+#define G2K_ROW(S0, S1, ACC, R) \
+	VCVTDQ2PS S0, S0; \
+	VCVTDQ2PS S1, S1; \
+	VBROADCASTSS 128+4*R(R9), Y9; \
+	VMULPS Y9, S0, S0; \
+	VBROADCASTSS 144+4*R(R9), Y14; \
+	VFMADD231PS Y14, S1, S0; \
+	VCVTDQ2PS 0(SP), Y15; \
+	VBROADCASTSS 160+4*R(R9), Y9; \
+	VMULPS Y9, Y15, Y15; \
+	VCVTDQ2PS 32(SP), S1; \
+	VBROADCASTSS 176+4*R(R9), Y14; \
+	VFMADD231PS Y14, S1, Y15; \
+	VBROADCASTSS 64+4*R(SP), Y9; \
+	VMULPS (R8), Y9, Y9; \
+	VFMADD231PS Y9, S0, ACC; \
+	VBROADCASTSS 80+4*R(SP), Y9; \
+	VMULPS (R8), Y9, Y9; \
+	VFNMADD231PS Y9, Y15, ACC
+
+// func gemmQ2Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+// is gemmQ4Kx8 for Q2_K weights, on gemmQ6Kx8's block loop.
+TEXT ·gemmQ2Kx8(SB), 0, $1760-64
+	GK_ENTRY(g2kDone)
+
+g2kGroup:
+	GK_GROUP(g2kStore)
+
+g2kSuper:
+	XORQ AX, AX
+	G2K_NIB(AX, 0)
+	G2K_NIB(R12, 1)
+	G2K_NIB(R14, 2)
+	G2K_NIB(R15, 3)
+	G6K_SCM(1632(SP), 1648(SP), 1664(SP), 1680(SP), 96, 288, 480, 672)
+	G6K_SCM(1640(SP), 1656(SP), 1672(SP), 1688(SP), 864, 1056, 1248, 1440)
+	G6K_SCM(1696(SP), 1712(SP), 1728(SP), 1744(SP), 128, 320, 512, 704)
+	G6K_SCM(1704(SP), 1720(SP), 1736(SP), 1752(SP), 896, 1088, 1280, 1472)
+	K2_DD(64)
+	VMOVDQU k3x03<>(SB), Y9
+	G2K_REC(16, 0, 96)
+	G2K_REC(16, 2, 288)
+	G2K_REC(16, 4, 480)
+	G2K_REC(16, 6, 672)
+	G2K_REC(48, 0, 864)
+	G2K_REC(48, 2, 1056)
+	G2K_REC(48, 4, 1248)
+	G2K_REC(48, 6, 1440)
+	GK_PF9
+	ADDQ $336, BX
+	LEAQ 96(SP), R9
+	MOVQ $8, R10
+
+	PCALIGN $32
+g2kBlock:
+	G6K_BLOCK(0, G2K_ROW, 192)
+	JNZ g2kBlock
+	ADDQ $84, DX
+	DECQ CX
+	JNZ g2kSuper
+
+g2kStore:
+	GK_STORE(g2kGroup, g2kDone, g2kRows, g2kRow, g2kTok)
+
+g2kDone:
 	VZEROUPPER
 	RET

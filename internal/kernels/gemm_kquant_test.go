@@ -11,10 +11,10 @@ import (
 )
 
 // gemmKTypes are the K-quant types with an eight-token kernel.
-var gemmKTypes = []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+var gemmKTypes = []tensor.DType{tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
 
 // The eight-token K-quant kernels must give every (row, token) the bits
-// dotQ4KGo, dotQ5KGo and dotQ6KGo give it: for 5 to 20 tokens (whole and
+// dotQ2KGo to dotQ6KGo give it: for 5 to 20 tokens (whole and
 // partial groups of eight, with the four-row kernels taking the rest), every
 // row count 1..9 (whole and partial fours), one, three and eight superblocks,
 // on the extreme blocks of kqWeights and kqActivations.

@@ -146,8 +146,8 @@ func dotQuantGo(t tensor.DType, row, xb []byte, nb int) float32 {
 
 // matRowsGo computes out[i*ostride+r] for rows r in [r0, r1) and tokens
 // i < n. x holds the float activations (n rows of w.Cols) and xq their
-// quantised blocks (for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K
-// weights).
+// quantised blocks (for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants
+// Q2_K to Q6_K).
 func matRowsGo(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float32, ostride int) {
 	rb, _ := w.Type.RowBytes(w.Cols)
 	nb := w.Cols / 32
@@ -166,6 +166,10 @@ func matRowsGo(w *Matrix, r0, r1 int, x []float32, xq []byte, n int, out []float
 				v = dotQ5KGo(row, xq[i*nb*xBlockBytes:], nb)
 			case tensor.Q6_K:
 				v = dotQ6KGo(row, xq[i*nb*xBlockBytes:], nb)
+			case tensor.Q3_K:
+				v = dotQ3KGo(row, xq[i*nb*xBlockBytes:], nb)
+			case tensor.Q2_K:
+				v = dotQ2KGo(row, xq[i*nb*xBlockBytes:], nb)
 			default:
 				v = dotPlainGo(w.Type, row, x[i*w.Cols:i*w.Cols+w.Cols])
 			}

@@ -242,7 +242,7 @@ func TestMatMulPanicsOnBadShapes(t *testing.T) {
 			p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q8_0, Rows: 1, Cols: 16, Data: make([]byte, 34)}, make([]float32, 16), 1)
 		},
 		"bad type": func() {
-			p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q3_K, Rows: 1, Cols: 256, Data: make([]byte, 110)}, make([]float32, 256), 1)
+			p.MatMul(make([]float32, 1), &Matrix{Type: tensor.Q8_K, Rows: 1, Cols: 256, Data: make([]byte, 292)}, make([]float32, 256), 1)
 		},
 	} {
 		func() {

@@ -32,6 +32,17 @@ import "math"
 // simd_kquant_amd64.s reproduces it four rows to a register, as the Q8_0
 // kernels do (Q4_K's second term as VFNMADD231PS, the same operation).
 //
+// Q3_K and Q2_K have sixteen 16-element sub-blocks, so activation block j
+// covers sub-blocks 2j and 2j+1, as for Q6_K (q3k.go). Q3_K is Q6_K's
+// arithmetic: with signed 6-bit scales s0, s1 (stored value − 32) and
+// levels q−4 in −4..3, S = s0·Σ(q−4)·x + s1·Σ(q−4)·x over the two halves
+// (exact, |S| ≤ 2^19), acc = fma(d·dx, S, acc). Q2_K is Q4_K's, with both
+// sub-blocks summed in integers first: A = sc0·Σq·x + sc1·Σq·x and
+// B = m0·Σx + m1·Σx over the halves (4-bit scales and mins, exact:
+// |A| < 2^18, |B| < 2^16), then acc = fma(d·dx, A, acc) and
+// acc = fma(dmin·dx, −B, acc). simd_q3k_amd64.s reproduces both, and
+// gemm_kquant_amd64.s for eight tokens at a time.
+//
 // Q5_0, Q4_1 and Q5_1 rows against the same activation blocks, one weight
 // block to one activation block (legacy.go): Q5_0 is Q4_0's arithmetic,
 // its quants 0..31 standing for q−16. Q4_1 and Q5_1 (w = q·d + m) add,

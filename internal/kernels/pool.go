@@ -326,7 +326,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 			panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs x of %d and out of %d floats, got %d and %d",
 				w.Rows, w.Cols, w.Type, n, n*w.Cols, n*w.Rows, len(x), len(out)))
 		}
-		quant = quant || w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 || w.Type == tensor.Q4_K || w.Type == tensor.Q5_K || w.Type == tensor.Q6_K || legacyType(w.Type)
+		quant = quant || w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 || w.Type == tensor.Q4_K || w.Type == tensor.Q5_K || w.Type == tensor.Q6_K || w.Type == tensor.Q3_K || w.Type == tensor.Q2_K || legacyType(w.Type)
 		work += w.Rows * w.Cols * n
 	}
 	if n == 0 || np == 0 {
@@ -437,7 +437,7 @@ func (p *Pool) For(n int, fn func(chunk, lo, hi int)) {
 // checkMatrix panics unless w is a matrix the kernels can multiply.
 func checkMatrix(w *Matrix) {
 	switch w.Type {
-	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
 	default:
 		panic(fmt.Sprintf("kernels: no kernel for %s weights", w.Type))
 	}

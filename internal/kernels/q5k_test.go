@@ -20,29 +20,30 @@ func withKTypes(t *testing.T, types []tensor.DType, test func(*testing.T)) {
 	test(t)
 }
 
-var q5kOnly = []tensor.DType{tensor.Q5_K}
+// moreKTypes are the K-quants the shared tests of kquant_test.go do not
+// cover by default: Q5_K, and Q3_K and Q2_K (q3k_test.go).
+var moreKTypes = []tensor.DType{tensor.Q5_K, tensor.Q3_K, tensor.Q2_K}
 
-func TestQ5KMatMulMatchesReference(t *testing.T) {
-	withKTypes(t, q5kOnly, TestKQuantMatMulMatchesReference)
+func TestMoreKQuantsMatMulMatchesReference(t *testing.T) {
+	withKTypes(t, moreKTypes, TestKQuantMatMulMatchesReference)
 }
 
-func TestQ5KMatMulPicksColumns(t *testing.T) {
-	withKTypes(t, q5kOnly, TestKQuantMatMulPicksColumns)
+func TestMoreKQuantsMatMulPicksColumns(t *testing.T) {
+	withKTypes(t, moreKTypes, TestKQuantMatMulPicksColumns)
 }
 
-func TestQ5KBatchInvariance(t *testing.T) {
-	withKTypes(t, q5kOnly, TestKQuantBatchInvariance)
+func TestMoreKQuantsBatchInvariance(t *testing.T) {
+	withKTypes(t, moreKTypes, TestKQuantBatchInvariance)
 }
 
-func TestQ5KMatMulsAndRowTo(t *testing.T) {
-	withKTypes(t, q5kOnly, TestKQuantMatMulsMixed)
-	withKTypes(t, q5kOnly, TestKQuantRowTo)
+func TestMoreKQuantsMatMulsAndRowTo(t *testing.T) {
+	withKTypes(t, moreKTypes, TestKQuantMatMulsMixed)
+	withKTypes(t, moreKTypes, TestKQuantRowTo)
 }
 
 // dotQ5KGo on hand-made blocks against a sum written out element by
-// element from tensor's decoder: with d = dmin = 1 and dx = 1 every term
-// is a small integer, so the kernel must give it exactly. A quant bit read
-// from the wrong qh bit or nibble changes the sum.
+// element from tensor's decoder (exactDot). A quant bit read from the
+// wrong qh bit or nibble changes the sum.
 func TestDotQ5KExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	for trial := 0; trial < 50; trial++ {
@@ -52,27 +53,36 @@ func TestDotQ5KExact(t *testing.T) {
 		}
 		binary.LittleEndian.PutUint16(blk[0:], 0x3c00)
 		binary.LittleEndian.PutUint16(blk[2:], 0x3c00)
-		xq := make([]byte, 8*xBlockBytes)
-		xs := make([]int, 256)
-		for j := 0; j < 8; j++ {
-			binary.LittleEndian.PutUint32(xq[j*xBlockBytes:], 0x3f800000) // 1.0
-			for l := 0; l < 32; l++ {
-				v := rng.IntN(9) - 4
-				xs[32*j+l] = v
-				xq[j*xBlockBytes+4+l] = byte(int8(v))
-			}
+		exactDot(t, rng, tensor.Q5_K, blk, dotQ5KGo)
+	}
+}
+
+// exactDot checks dot on one K-quant block blk of type typ (its float16
+// scales set to 1 by the caller) against the sum written out element by
+// element from tensor's decoder, with random activations −4..4 at scale
+// 1: every term is a small integer, so the kernel must give it exactly.
+func exactDot(t *testing.T, rng *rand.Rand, typ tensor.DType, blk []byte, dot func(row, xb []byte, nb int) float32) {
+	t.Helper()
+	xq := make([]byte, 8*xBlockBytes)
+	xs := make([]int, 256)
+	for j := 0; j < 8; j++ {
+		binary.LittleEndian.PutUint32(xq[j*xBlockBytes:], 0x3f800000) // 1.0
+		for l := 0; l < 32; l++ {
+			v := rng.IntN(9) - 4
+			xs[32*j+l] = v
+			xq[j*xBlockBytes+4+l] = byte(int8(v))
 		}
-		dec := make([]float32, 256)
-		if err := tensor.Dequantize(tensor.Q5_K, dec, blk); err != nil {
-			t.Fatal(err)
-		}
-		var want float64
-		for e, v := range dec {
-			want += float64(v) * float64(xs[e])
-		}
-		if got := dotQ5KGo(blk, xq, 8); float64(got) != want {
-			t.Fatalf("trial %d: dotQ5KGo = %v, element by element %v", trial, got, want)
-		}
+	}
+	dec := make([]float32, 256)
+	if err := tensor.Dequantize(typ, dec, blk); err != nil {
+		t.Fatal(err)
+	}
+	var want float64
+	for e, v := range dec {
+		want += float64(v) * float64(xs[e])
+	}
+	if got := dot(blk, xq, 8); float64(got) != want {
+		t.Fatalf("%s block % x: kernel gives %v, element by element %v", typ, blk, got, want)
 	}
 }
 
@@ -130,13 +140,16 @@ func q5kWeights(rng *rand.Rand, rows, cols int) *Matrix {
 	return &Matrix{Type: tensor.Q5_K, Rows: rows, Cols: cols, Data: data}
 }
 
-// The assembly kernels give dotQ5KGo's bits: every row count 1..9, token
-// count 1..9, one to eight superblocks, and a matrix larger than a tile
-// on a sub-range of rows.
-func TestQ5KSIMDMatchesGo(t *testing.T) {
+// The assembly kernels give dotQ5KGo's, dotQ3KGo's and dotQ2KGo's bits:
+// every row count 1..9, token count 1..9, one to eight superblocks of
+// extreme blocks (kqWeights), a matrix larger than a tile on a sub-range
+// of rows, and real matrices through the pool.
+func TestMoreKQuantsSIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(53, 54))
-	kqSweep(t, rng, q5kOnly, kqCols, 1, 9)
-	kqTiles(t, rng, q5kWeights(rng, 301, 1024), []int{1, 3, 6})
-	withKTypes(t, q5kOnly, TestKQuantSIMDPoolMatchesGo)
+	kqSweep(t, rng, moreKTypes, kqCols, 1, 9)
+	for _, typ := range moreKTypes {
+		kqTiles(t, rng, kqWeights(rng, typ, 301, 1024), []int{1, 3, 6})
+	}
+	withKTypes(t, moreKTypes, TestKQuantSIMDPoolMatchesGo)
 }

@@ -133,6 +133,10 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		q1, q2, q4 = matQ5Kx1, matQ5Kx2, matQ5Kx4
 	case tensor.Q6_K:
 		q1, q2, q4 = matQ6Kx1, matQ6Kx2, matQ6Kx4
+	case tensor.Q3_K:
+		q1, q2, q4 = matQ3Kx1, matQ3Kx2, matQ3Kx4
+	case tensor.Q2_K:
+		q1, q2, q4 = matQ2Kx1, matQ2Kx2, matQ2Kx4
 	default:
 		// No assembly kernel: the Go one is the only path.
 		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
@@ -152,6 +156,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 			return
 		case tensor.Q6_K:
 			gemmKRows(gemmQ6Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			return
+		case tensor.Q3_K:
+			gemmKRows(gemmQ3Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			return
+		case tensor.Q2_K:
+			gemmKRows(gemmQ2Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
 		}
 	}

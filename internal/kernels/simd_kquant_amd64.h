@@ -1,5 +1,5 @@
-// Shared by simd_q4k_amd64.s and simd_q6k_amd64.s: the layout notes,
-// constants and reductions of the K-quant kernels.
+// Shared by simd_q4k_amd64.s, simd_q6k_amd64.s and simd_q3k_amd64.s: the
+// layout notes, constants and reductions of the K-quant kernels.
 
 // AVX2 kernels for Q4_K and Q6_K weights against Q8_0-quantised
 // activations (36-byte blocks: a float32 scale, 32 int8 values). They
@@ -148,9 +148,11 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 
 // ---- Q4_K and Q5_K, once a block's quants are in Y0-Y3 ----
 
-// KM_A leaves in X11 the four rows' A = sc·Σq·x (as float32) of the
-// activation block at XO(Rt) against the quants in Y0-Y3, SO locating sc.
-#define KM_A(Rt, XO, SO) \
+// K_DOT4 leaves in Y11 the four rows' integer sums Σq·x of the
+// activation block at XO(Rt) against the unsigned quants in Y0-Y3 (SUM4's
+// layout: elements 0..15 of rows 0..3 in the low lane, 16..31 in the
+// high lane).
+#define K_DOT4(Rt, XO) \
 	VPMADDUBSW XO+4(Rt), Y0, Y11; \
 	VPMADDUBSW XO+4(Rt), Y1, Y12; \
 	VPMADDUBSW XO+4(Rt), Y2, Y13; \
@@ -159,7 +161,12 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	VPMADDWD Y8, Y12, Y12; \
 	VPMADDWD Y8, Y13, Y13; \
 	VPMADDWD Y8, Y14, Y14; \
-	SUM4; \
+	SUM4
+
+// KM_A leaves in X11 the four rows' A = sc·Σq·x (as float32) of the
+// activation block at XO(Rt) against the quants in Y0-Y3, SO locating sc.
+#define KM_A(Rt, XO, SO) \
+	K_DOT4(Rt, XO); \
 	VEXTRACTI128 $1, Y11, X12; \
 	VPADDD X12, X11, X11; \
 	VPMOVZXBD SO(SP), X12; \
@@ -259,3 +266,154 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 
 #define KX_GROUP4(REDUCE) \
 	QGROUP4(KX_SUPERS, REDUCE)
+
+// ---- Signed 16-element sub-blocks (Q6_K, Q3_K) ----
+
+// KS_STORE transposes the sixteen int8 scales of rows 0..3 (X0-X3) into
+// the frame: scale s of rows 0..3 as four bytes at 4s(SP), so that
+// activation block j finds [s2j of rows 0..3, s2j+1 of rows 0..3] in the
+// eight bytes at 8j.
+#define KS_STORE \
+	VPUNPCKLBW X1, X0, X11; \
+	VPUNPCKHBW X1, X0, X12; \
+	VPUNPCKLBW X3, X2, X13; \
+	VPUNPCKHBW X3, X2, X14; \
+	VPUNPCKLWD X13, X11, X0; \
+	VPUNPCKHWD X13, X11, X1; \
+	VPUNPCKLWD X14, X12, X2; \
+	VPUNPCKHWD X14, X12, X3; \
+	VMOVDQU X0, 0(SP); \
+	VMOVDQU X1, 16(SP); \
+	VMOVDQU X2, 32(SP); \
+	VMOVDQU X3, 48(SP)
+
+// KD_F16 stores the four rows' float16 d at OFF in the block as float32 at
+// 64(SP), read as words so that nothing past the block is touched.
+#define KD_F16(OFF) \
+	VPXOR X11, X11, X11; \
+	VPINSRW $0, OFF(DX), X11, X11; \
+	VPINSRW $1, OFF(DX)(R12*1), X11, X11; \
+	VPINSRW $2, OFF(DX)(R14*1), X11, X11; \
+	VPINSRW $3, OFF(DX)(R15*1), X11, X11; \
+	VCVTPH2PS X11, X11; \
+	VMOVUPS X11, 64(SP)
+
+// KS_TOK adds activation block XO/36 of the token at Rt into ACC for the
+// four rows whose unsigned quants q are in Y0-Y3, standing for q−z, z the
+// bytes of Y10 (32 for Q6_K, 4 for Q3_K): VPMADDUBSW's pair sums of q·x
+// less those of z·x are the pair sums of (q−z)·x, within int16. SO =
+// 8·XO/36 locates the block's two scales, which VPMULLD applies to the
+// two lanes (elements 0..15, 16..31) after SUM4.
+#define KS_TOK(Rt, XO, SO, ACC) \
+	VPMADDUBSW XO+4(Rt), Y10, Y15; \
+	VPMADDUBSW XO+4(Rt), Y0, Y11; \
+	VPMADDUBSW XO+4(Rt), Y1, Y12; \
+	VPMADDUBSW XO+4(Rt), Y2, Y13; \
+	VPMADDUBSW XO+4(Rt), Y3, Y14; \
+	VPSUBW Y15, Y11, Y11; \
+	VPSUBW Y15, Y12, Y12; \
+	VPSUBW Y15, Y13, Y13; \
+	VPSUBW Y15, Y14, Y14; \
+	VPMADDWD Y8, Y11, Y11; \
+	VPMADDWD Y8, Y12, Y12; \
+	VPMADDWD Y8, Y13, Y13; \
+	VPMADDWD Y8, Y14, Y14; \
+	SUM4; \
+	VPMOVSXBD SO(SP), Y12; \
+	VPMULLD Y12, Y11, Y11; \
+	VEXTRACTI128 $1, Y11, X12; \
+	VPADDD X12, X11, X11; \
+	VCVTDQ2PS X11, X11; \
+	VBROADCASTSS XO(Rt), X12; \
+	VMULPS 64(SP), X12, X12; \
+	VFMADD231PS X12, X11, ACC
+
+// K_T1, K_T2 and K_T4 run the per-token step TOK (KS_TOK, or Q2K_TOK in
+// simd_q3k_amd64.s) for one, two or four tokens.
+#define K_T1(TOK, XO, SO) \
+	TOK(R8, XO, SO, X4)
+
+#define K_T2(TOK, XO, SO) \
+	TOK(R8, XO, SO, X4); \
+	TOK(R9, XO, SO, X5)
+
+#define K_T4(TOK, XO, SO) \
+	TOK(R8, XO, SO, X4); \
+	TOK(R9, XO, SO, X5); \
+	TOK(R10, XO, SO, X6); \
+	TOK(R11, XO, SO, X7)
+
+// ---- Q3_K and Q2_K quants (simd_q3k_amd64.s, gemm_kquant_amd64.s) ----
+
+DATA k3x03<>+0(SB)/8, $0x0303030303030303
+DATA k3x03<>+8(SB)/8, $0x0303030303030303
+DATA k3x03<>+16(SB)/8, $0x0303030303030303
+DATA k3x03<>+24(SB)/8, $0x0303030303030303
+GLOBL k3x03<>(SB), RODATA|NOPTR, $32
+
+DATA k3x04<>+0(SB)/8, $0x0404040404040404
+DATA k3x04<>+8(SB)/8, $0x0404040404040404
+DATA k3x04<>+16(SB)/8, $0x0404040404040404
+DATA k3x04<>+24(SB)/8, $0x0404040404040404
+GLOBL k3x04<>(SB), RODATA|NOPTR, $32
+
+// k3lo picks scale bytes 0..7 (bytes 2..9 of a load at block offset 94)
+// twice; k3hi broadcasts bytes 8..11 (10..13) to every dword; k3shv
+// shifts dword k right by 2k.
+DATA k3lo<>+0(SB)/8, $0x0908070605040302
+DATA k3lo<>+8(SB)/8, $0x0908070605040302
+GLOBL k3lo<>(SB), RODATA|NOPTR, $16
+
+DATA k3hi<>+0(SB)/8, $0x0d0c0b0a0d0c0b0a
+DATA k3hi<>+8(SB)/8, $0x0d0c0b0a0d0c0b0a
+GLOBL k3hi<>(SB), RODATA|NOPTR, $16
+
+DATA k3shv<>+0(SB)/8, $0x0000000200000000
+DATA k3shv<>+8(SB)/8, $0x0000000600000004
+GLOBL k3shv<>(SB), RODATA|NOPTR, $16
+
+// K2_Q loads into Y the two low bits (at shift SH of the qs bytes at QO)
+// of the row at offset R.
+#define K2_Q(QO, SH, R, Y) \
+	VMOVDQU QO(DX)(R*1), Y; \
+	VPSRLW $SH, Y, Y; \
+	VPAND Y9, Y, Y
+
+// Q3K_SC unpacks the sixteen scales of the row at offset R into XR as
+// int8 sc−32 (UnpackQ3KScales): the low nibbles of bytes 0..7 then their
+// high nibbles, or'ed with bits 2(s/4), 2(s/4)+1 of byte 8+s%4 moved to
+// bits 4, 5. The load starts at block offset 94 (two qs bytes, the twelve
+// scale bytes, d) so that it ends inside the block.
+#define Q3K_SC(R, XR) \
+	VMOVDQU 94(DX)(R*1), X11; \
+	VPSHUFB k3lo<>(SB), X11, X12; \
+	VPSRLW $4, X12, X13; \
+	VPBLENDD $0x0c, X13, X12, X12; \
+	VPAND k4nib<>(SB), X12, X12; \
+	VPSHUFB k3hi<>(SB), X11, X13; \
+	VPSRLVD k3shv<>(SB), X13, X13; \
+	VPAND X9, X13, X13; \
+	VPSLLW $4, X13, X13; \
+	VPOR X13, X12, X12; \
+	VPSUBB k6x20<>(SB), X12, XR
+
+// Q3K_Q loads block j's quants of the row at offset R into Y: the low
+// bits (K2_Q at QO, SH) or'ed with bit j of the hmask bytes moved to bit
+// 2 by HOP $HSH (a left or right word shift).
+#define Q3K_Q(QO, SH, HOP, HSH, R, Y) \
+	K2_Q(QO, SH, R, Y); \
+	VMOVDQU (DX)(R*1), Y15; \
+	HOP $HSH, Y15, Y15; \
+	VPAND Y10, Y15, Y15; \
+	VPOR Y15, Y, Y
+
+// K2_DD stores the four rows' Q2_K d and dmin (bytes 80..83, as Q4_K's
+// first four) as float32 at SLOT(SP) and SLOT+16(SP).
+#define K2_DD(SLOT) \
+	VMOVD 80(DX), X11; \
+	VPINSRD $1, 80(DX)(R12*1), X11, X11; \
+	VPINSRD $2, 80(DX)(R14*1), X11, X11; \
+	VPINSRD $3, 80(DX)(R15*1), X11, X11; \
+	VPSHUFB k4ddShuf<>(SB), X11, X11; \
+	VCVTPH2PS X11, Y11; \
+	VMOVUPS Y11, SLOT(SP)

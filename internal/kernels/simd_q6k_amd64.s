@@ -9,32 +9,14 @@
 // ---- Q6_K ----
 
 // Q6K_HEAD transposes the four rows' sixteen int8 scales into the frame
-// and stores their d as float32 at 64(SP). d is the last two bytes of the
-// block, read as words so that nothing past the block is touched.
+// and stores their d as float32 at 64(SP) (KS_STORE, KD_F16).
 #define Q6K_HEAD \
 	VMOVDQU 192(DX), X0; \
 	VMOVDQU 192(DX)(R12*1), X1; \
 	VMOVDQU 192(DX)(R14*1), X2; \
 	VMOVDQU 192(DX)(R15*1), X3; \
-	VPUNPCKLBW X1, X0, X11; \
-	VPUNPCKHBW X1, X0, X12; \
-	VPUNPCKLBW X3, X2, X13; \
-	VPUNPCKHBW X3, X2, X14; \
-	VPUNPCKLWD X13, X11, X0; \
-	VPUNPCKHWD X13, X11, X1; \
-	VPUNPCKLWD X14, X12, X2; \
-	VPUNPCKHWD X14, X12, X3; \
-	VMOVDQU X0, 0(SP); \
-	VMOVDQU X1, 16(SP); \
-	VMOVDQU X2, 32(SP); \
-	VMOVDQU X3, 48(SP); \
-	VPXOR X11, X11, X11; \
-	VPINSRW $0, 208(DX), X11, X11; \
-	VPINSRW $1, 208(DX)(R12*1), X11, X11; \
-	VPINSRW $2, 208(DX)(R14*1), X11, X11; \
-	VPINSRW $3, 208(DX)(R15*1), X11, X11; \
-	VCVTPH2PS X11, X11; \
-	VMOVUPS X11, 64(SP)
+	KS_STORE; \
+	KD_F16(208)
 
 // Quarter k of a half: low four bits from the low (k = 0, 1) or high
 // (k = 2, 3) nibbles of ql at QL, high two bits from bits 2k, 2k+1 of qh
@@ -95,45 +77,6 @@
 	Q6K_Q3(QL, QH, R14, Y2); \
 	Q6K_Q3(QL, QH, R15, Y3)
 
-// Q6K_TOK adds activation block XO/36 of the token at Rt into ACC for
-// the four rows; SO = 8·XO/36 locates the block's two scales.
-#define Q6K_TOK(Rt, XO, SO, ACC) \
-	VPMADDUBSW XO+4(Rt), Y10, Y15; \
-	VPMADDUBSW XO+4(Rt), Y0, Y11; \
-	VPMADDUBSW XO+4(Rt), Y1, Y12; \
-	VPMADDUBSW XO+4(Rt), Y2, Y13; \
-	VPMADDUBSW XO+4(Rt), Y3, Y14; \
-	VPSUBW Y15, Y11, Y11; \
-	VPSUBW Y15, Y12, Y12; \
-	VPSUBW Y15, Y13, Y13; \
-	VPSUBW Y15, Y14, Y14; \
-	VPMADDWD Y8, Y11, Y11; \
-	VPMADDWD Y8, Y12, Y12; \
-	VPMADDWD Y8, Y13, Y13; \
-	VPMADDWD Y8, Y14, Y14; \
-	SUM4; \
-	VPMOVSXBD SO(SP), Y12; \
-	VPMULLD Y12, Y11, Y11; \
-	VEXTRACTI128 $1, Y11, X12; \
-	VPADDD X12, X11, X11; \
-	VCVTDQ2PS X11, X11; \
-	VBROADCASTSS XO(Rt), X12; \
-	VMULPS 64(SP), X12, X12; \
-	VFMADD231PS X12, X11, ACC
-
-#define Q6K_T1(XO, SO) \
-	Q6K_TOK(R8, XO, SO, X4)
-
-#define Q6K_T2(XO, SO) \
-	Q6K_TOK(R8, XO, SO, X4); \
-	Q6K_TOK(R9, XO, SO, X5)
-
-#define Q6K_T4(XO, SO) \
-	Q6K_TOK(R8, XO, SO, X4); \
-	Q6K_TOK(R9, XO, SO, X5); \
-	Q6K_TOK(R10, XO, SO, X6); \
-	Q6K_TOK(R11, XO, SO, X7)
-
 // Q6K_PREFETCH fetches this superblock's share (4·210 bytes) of the next
 // four rows.
 #define Q6K_PREFETCH \
@@ -164,21 +107,21 @@ matQ6Kx1group:
 matQ6Kx1super:
 	Q6K_HEAD
 	Q6K_ROWS0(0, 128)
-	Q6K_T1(0, 0)
+	K_T1(KS_TOK, 0, 0)
 	Q6K_ROWS1(32, 128)
-	Q6K_T1(36, 8)
+	K_T1(KS_TOK, 36, 8)
 	Q6K_ROWS2(0, 128)
-	Q6K_T1(72, 16)
+	K_T1(KS_TOK, 72, 16)
 	Q6K_ROWS3(32, 128)
-	Q6K_T1(108, 24)
+	K_T1(KS_TOK, 108, 24)
 	Q6K_ROWS0(64, 160)
-	Q6K_T1(144, 32)
+	K_T1(KS_TOK, 144, 32)
 	Q6K_ROWS1(96, 160)
-	Q6K_T1(180, 40)
+	K_T1(KS_TOK, 180, 40)
 	Q6K_ROWS2(64, 160)
-	Q6K_T1(216, 48)
+	K_T1(KS_TOK, 216, 48)
 	Q6K_ROWS3(96, 160)
-	Q6K_T1(252, 56)
+	K_T1(KS_TOK, 252, 56)
 	Q6K_PREFETCH
 	ADDQ $210, DX
 	ADDQ $288, R8
@@ -206,21 +149,21 @@ matQ6Kx2group:
 matQ6Kx2super:
 	Q6K_HEAD
 	Q6K_ROWS0(0, 128)
-	Q6K_T2(0, 0)
+	K_T2(KS_TOK, 0, 0)
 	Q6K_ROWS1(32, 128)
-	Q6K_T2(36, 8)
+	K_T2(KS_TOK, 36, 8)
 	Q6K_ROWS2(0, 128)
-	Q6K_T2(72, 16)
+	K_T2(KS_TOK, 72, 16)
 	Q6K_ROWS3(32, 128)
-	Q6K_T2(108, 24)
+	K_T2(KS_TOK, 108, 24)
 	Q6K_ROWS0(64, 160)
-	Q6K_T2(144, 32)
+	K_T2(KS_TOK, 144, 32)
 	Q6K_ROWS1(96, 160)
-	Q6K_T2(180, 40)
+	K_T2(KS_TOK, 180, 40)
 	Q6K_ROWS2(64, 160)
-	Q6K_T2(216, 48)
+	K_T2(KS_TOK, 216, 48)
 	Q6K_ROWS3(96, 160)
-	Q6K_T2(252, 56)
+	K_T2(KS_TOK, 252, 56)
 	Q6K_PREFETCH
 	ADDQ $210, DX
 	ADDQ $288, R8
@@ -249,21 +192,21 @@ matQ6Kx4group:
 matQ6Kx4super:
 	Q6K_HEAD
 	Q6K_ROWS0(0, 128)
-	Q6K_T4(0, 0)
+	K_T4(KS_TOK, 0, 0)
 	Q6K_ROWS1(32, 128)
-	Q6K_T4(36, 8)
+	K_T4(KS_TOK, 36, 8)
 	Q6K_ROWS2(0, 128)
-	Q6K_T4(72, 16)
+	K_T4(KS_TOK, 72, 16)
 	Q6K_ROWS3(32, 128)
-	Q6K_T4(108, 24)
+	K_T4(KS_TOK, 108, 24)
 	Q6K_ROWS0(64, 160)
-	Q6K_T4(144, 32)
+	K_T4(KS_TOK, 144, 32)
 	Q6K_ROWS1(96, 160)
-	Q6K_T4(180, 40)
+	K_T4(KS_TOK, 180, 40)
 	Q6K_ROWS2(64, 160)
-	Q6K_T4(216, 48)
+	K_T4(KS_TOK, 216, 48)
 	Q6K_ROWS3(96, 160)
-	Q6K_T4(252, 56)
+	K_T4(KS_TOK, 252, 56)
 	Q6K_PREFETCH
 	ADDQ $210, DX
 	ADDQ $288, R8

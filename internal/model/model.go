@@ -82,7 +82,7 @@ func matrix(t *tensor.Tensor, rows, cols int) (kernels.Matrix, error) {
 		return kernels.Matrix{}, fmt.Errorf("tensor %q has shape %v, want [%d %d] (cols, rows)", t.Name, t.Shape, cols, rows)
 	}
 	if !t.Type.Computable() {
-		return kernels.Matrix{}, fmt.Errorf("tensor %q has type %s, which Bulkhead cannot compute with yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", t.Name, t.Type)
+		return kernels.Matrix{}, fmt.Errorf("tensor %q has type %s, which Bulkhead cannot compute with yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", t.Name, t.Type)
 	}
 	want, err := t.Type.RowBytes(cols)
 	if err != nil {

@@ -134,49 +134,18 @@ func quantizeQ4KBlock(dst []byte, x []float32) {
 	}
 }
 
-// quantizeKMin is the scale search of the K-quants with a min (Q4_K,
-// Q5_K): it writes the block's header (d, dmin and the packed 6-bit scales
-// and mins, 16 bytes) to hdr and returns the 256 quants, each in
-// [0, qmax], rounded against the scale and min the header stores.
+// quantizeKMin is the scale search of Q4_K and Q5_K: it writes the
+// block's header (d, dmin and the packed 6-bit scales and mins, 16 bytes)
+// to hdr and returns the 256 quants, each in [0, qmax], from
+// affineKScales and affineKQuants over 32-element sub-blocks.
 func quantizeKMin(hdr *[16]byte, x []float32, qmax int) *[KBlock]uint8 {
-	x = x[:KBlock]
-	var scales, mins [8]float32
-	var maxScale, maxMin float32
-	for j := range scales {
-		lo, hi := float32(0), float32(math.Inf(-1))
-		for _, v := range x[32*j : 32*j+32] {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		scales[j], mins[j] = (hi-lo)/float32(qmax), -lo
-		maxScale, maxMin = max(maxScale, scales[j]), max(maxMin, mins[j])
-	}
 	var sc, m [8]uint8
-	var iscale, imin float32
-	if maxScale > 0 {
-		iscale = 63 / maxScale
-	}
-	if maxMin > 0 {
-		imin = 63 / maxMin
-	}
-	for j := range sc {
-		sc[j] = uint8(clampRound(iscale*scales[j], 0, 63))
-		m[j] = uint8(clampRound(imin*mins[j], 0, 63))
-	}
-	dh, mh := F32ToF16(maxScale/63), F32ToF16(maxMin/63)
+	dh, mh := affineKScales(x, 32, qmax, 63, sc[:], m[:])
 	binary.LittleEndian.PutUint16(hdr[0:], dh)
 	binary.LittleEndian.PutUint16(hdr[2:], mh)
 	packQ4KScales((*[12]byte)(hdr[4:16]), &sc, &m)
-	d, dmin := F16ToF32(dh), F16ToF32(mh)
 	qv := new([KBlock]uint8)
-	for j := range sc {
-		dj, mj := d*float32(sc[j]), dmin*float32(m[j])
-		if dj == 0 {
-			continue // every value decodes to −mj
-		}
-		for l, v := range x[32*j : 32*j+32] {
-			qv[32*j+l] = uint8(clampRound((v+mj)/dj, 0, qmax))
-		}
-	}
+	affineKQuants(x, 32, qmax, F16ToF32(dh), F16ToF32(mh), sc[:], m[:], qv[:])
 	return qv
 }
 
@@ -188,43 +157,15 @@ func quantizeKMin(hdr *[16]byte, x []float32, qmax int) *[KBlock]uint8 {
 // around each scale as well; this does not.
 func quantizeQ6KBlock(dst []byte, x []float32) {
 	b := (*[Q6KBytes]byte)(dst)
-	x = x[:KBlock]
-	var scales [16]float32
-	var maxScale, amaxScale float32
-	for j := range scales {
-		var amax, vmax float32
-		for _, v := range x[16*j : 16*j+16] {
-			if a := float32(math.Abs(float64(v))); a > amax {
-				amax, vmax = a, v
-			}
-		}
-		scales[j] = vmax / -32
-		if a := float32(math.Abs(float64(scales[j]))); a > amaxScale {
-			amaxScale, maxScale = a, scales[j]
-		}
-	}
 	clear(b[:])
-	if amaxScale == 0 {
-		// All zeros: d = 0 and every quant 32 (the zero level).
-		fillQ6K(b, func(int) uint8 { return 32 })
-		return
-	}
-	iscale := -128 / maxScale
-	dh := F32ToF16(1 / iscale)
+	var sc [16]int8
+	dh := signedKScales(x, 16, 32, 128, sc[:])
 	binary.LittleEndian.PutUint16(b[208:], dh)
-	for j := range scales {
-		b[192+j] = byte(int8(clampRound(iscale*scales[j], -128, 127)))
+	for j, v := range sc {
+		b[192+j] = byte(v)
 	}
-	d := F16ToF32(dh)
 	var qv [KBlock]uint8
-	for e, v := range x {
-		dj := d * float32(int8(b[192+e/16]))
-		if dj == 0 {
-			qv[e] = 32
-			continue
-		}
-		qv[e] = uint8(clampRound(v/dj, -32, 31) + 32)
-	}
+	signedKQuants(x, 16, 32, F16ToF32(dh), sc[:], qv[:])
 	fillQ6K(b, func(e int) uint8 { return qv[e] })
 }
 

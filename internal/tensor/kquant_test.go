@@ -182,12 +182,13 @@ func gauss(r *rand.Rand, n int, scale float64) []float32 {
 func TestKQuantRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	// Bounds on RMS error relative to the RMS of the data, measured with
-	// margin: 4 bits over a 32-element range (Q4_K) and 6 bits over a
-	// 16-element one (Q6_K).
+	// margin: 4 bits over a 32-element range (Q4_K), 6 bits over a
+	// 16-element one (Q6_K), 3 and 2 bits over 16 elements (Q3_K about
+	// 0.18, Q2_K about 0.35).
 	for _, tc := range []struct {
 		t     DType
 		bound float64
-	}{{Q4_K, 0.10}, {Q6_K, 0.03}} {
+	}{{Q4_K, 0.10}, {Q6_K, 0.03}, {Q3_K, 0.25}, {Q2_K, 0.40}} {
 		for _, scale := range []float64{1e-3, 0.02, 1, 300} {
 			x := gauss(r, 256*16, scale)
 			nb, _ := tc.t.RowBytes(len(x))

@@ -9,9 +9,9 @@ import (
 // Quantize encodes src into dst as type t. len(src) must be a multiple of
 // t's block size and dst must hold exactly RowBytes(len(src)) bytes. The
 // encodings follow GGML's reference quantizers, so files Bulkhead writes
-// decode the same in llama.cpp (Q4_1, Q5_0 and Q5_1 in legacy.go). Q4_K,
-// Q5_K and Q6_K use a simpler scale search than llama.cpp's (kquant.go) but
-// write the same block layout.
+// decode the same in llama.cpp (Q4_1, Q5_0 and Q5_1 in legacy.go). The
+// K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) use a simpler scale search than
+// llama.cpp's (kquant.go, q3k.go) but write the same block layouts.
 func Quantize(t DType, dst []byte, src []float32) error {
 	want, err := t.RowBytes(len(src))
 	if err != nil {
@@ -52,6 +52,14 @@ func Quantize(t DType, dst []byte, src []float32) error {
 	case Q5_1:
 		for b := 0; b < len(src)/32; b++ {
 			quantizeMinBlock(dst[b*Q5_1Bytes:], src[b*32:], 31)
+		}
+	case Q2_K:
+		for b := 0; b < len(src)/KBlock; b++ {
+			quantizeQ2KBlock(dst[b*Q2KBytes:], src[b*KBlock:])
+		}
+	case Q3_K:
+		for b := 0; b < len(src)/KBlock; b++ {
+			quantizeQ3KBlock(dst[b*Q3KBytes:], src[b*KBlock:])
 		}
 	case Q4_K:
 		for b := 0; b < len(src)/KBlock; b++ {
@@ -159,6 +167,14 @@ func Dequantize(t DType, dst []float32, src []byte) error {
 		bb := t.BlockBytes()
 		for b := 0; b < len(dst)/32; b++ {
 			dequantLegacyBlock(t, dst[b*32:b*32+32], src[b*bb:b*bb+bb])
+		}
+	case Q2_K:
+		for b := 0; b < len(dst)/KBlock; b++ {
+			dequantQ2KBlock(dst[b*KBlock:], src[b*Q2KBytes:])
+		}
+	case Q3_K:
+		for b := 0; b < len(dst)/KBlock; b++ {
+			dequantQ3KBlock(dst[b*KBlock:], src[b*Q3KBytes:])
 		}
 	case Q4_K:
 		for b := 0; b < len(dst)/KBlock; b++ {

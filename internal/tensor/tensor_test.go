@@ -110,7 +110,7 @@ func TestRowBytesAndParse(t *testing.T) {
 	if d, err := ParseDType("q8_0"); err != nil || d != Q8_0 {
 		t.Fatalf("ParseDType(q8_0) = %v, %v", d, err)
 	}
-	if Q3_K.Computable() || !Q3_K.Known() || !Q8_0.Computable() {
-		t.Fatal("Known/Computable wrong for Q3_K or Q8_0")
+	if Q8_K.Computable() || !Q8_K.Known() || !Q3_K.Computable() || !Q8_0.Computable() {
+		t.Fatal("Known/Computable wrong for Q8_K, Q3_K or Q8_0")
 	}
 }

@@ -1,0 +1,226 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "simd_amd64.h"
+#include "simd_kquant_amd64.h"
+
+// The Q3_K and Q2_K kernels; simd_kquant_amd64.h describes the layout.
+// Both take the two low bits of activation block j's quants from bits
+// 2(j%4), 2(j%4)+1 of the 32 qs bytes of half j/4 (a load, a word shift
+// and a mask by Y9 = 0x03 bytes).
+//
+// Q3_K: the frame is Q6_K's (signed scales at 0(SP), d at 64(SP)) and the
+// per-token step is KS_TOK with Y10 = 4s: the third bit (bit j of
+// hmask[l]) is shifted to bit 2, so q = low bits + 4·high bit in 0..7
+// stands for q−4.
+//
+// Q2_K: 0(SP) the 4-bit scales and 64(SP) the 4-bit mins, each laid out
+// as KS_STORE lays out Q6_K's scales; 128(SP) d and 144(SP) dmin of rows
+// 0..3 as float32. Per token and block, A = [sc2j | sc2j+1]·Σq·x over the
+// two lanes (as Q6_K, without the offset) and B = [m2j | m2j+1]·Σx, Σx
+// of each half broadcast across its lane; then Q4_K's two fused
+// multiply-adds. Y10 holds byte ones for Σx.
+
+#define K23CONST(C10) \
+	VMOVDQU k4ones16<>(SB), Y8; \
+	VMOVDQU k3x03<>(SB), Y9; \
+	VMOVDQU C10, Y10
+
+// ---- Q3_K ----
+
+#define Q3K_HEAD \
+	Q3K_SC(AX, X0); \
+	Q3K_SC(R12, X1); \
+	Q3K_SC(R14, X2); \
+	Q3K_SC(R15, X3); \
+	KS_STORE; \
+	KD_F16(108)
+
+#define Q3K_ROWS(QO, SH, HOP, HSH) \
+	Q3K_Q(QO, SH, HOP, HSH, AX, Y0); \
+	Q3K_Q(QO, SH, HOP, HSH, R12, Y1); \
+	Q3K_Q(QO, SH, HOP, HSH, R14, Y2); \
+	Q3K_Q(QO, SH, HOP, HSH, R15, Y3)
+
+// Q3K_SUPER runs one superblock for the tokens of T (K_T1, K_T2, K_T4).
+#define Q3K_SUPER(T) \
+	Q3K_HEAD; \
+	Q3K_ROWS(32, 0, VPSLLW, 2); \
+	T(KS_TOK, 0, 0); \
+	Q3K_ROWS(32, 2, VPSLLW, 1); \
+	T(KS_TOK, 36, 8); \
+	Q3K_ROWS(32, 4, VPSRLW, 0); \
+	T(KS_TOK, 72, 16); \
+	Q3K_ROWS(32, 6, VPSRLW, 1); \
+	T(KS_TOK, 108, 24); \
+	Q3K_ROWS(64, 0, VPSRLW, 2); \
+	T(KS_TOK, 144, 32); \
+	Q3K_ROWS(64, 2, VPSRLW, 3); \
+	T(KS_TOK, 180, 40); \
+	Q3K_ROWS(64, 4, VPSRLW, 4); \
+	T(KS_TOK, 216, 48); \
+	Q3K_ROWS(64, 6, VPSRLW, 5); \
+	T(KS_TOK, 252, 56); \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	ADDQ $440, BX; \
+	ADDQ $110, DX
+
+// ---- Q2_K ----
+
+// Q2K_HEAD stores the four rows' scales and mins and their d and dmin
+// (bytes 80..83, as Q4_K's first four) into the frame.
+#define Q2K_HEAD \
+	VMOVDQU (DX), X0; \
+	VMOVDQU (DX)(R12*1), X1; \
+	VMOVDQU (DX)(R14*1), X2; \
+	VMOVDQU (DX)(R15*1), X3; \
+	KS_STORE; \
+	VMOVDQU 0(SP), Y0; \
+	VMOVDQU 32(SP), Y1; \
+	VPSRLW $4, Y0, Y2; \
+	VPSRLW $4, Y1, Y3; \
+	VPAND k4nib<>(SB), Y0, Y0; \
+	VPAND k4nib<>(SB), Y1, Y1; \
+	VPAND k4nib<>(SB), Y2, Y2; \
+	VPAND k4nib<>(SB), Y3, Y3; \
+	VMOVDQU Y0, 0(SP); \
+	VMOVDQU Y1, 32(SP); \
+	VMOVDQU Y2, 64(SP); \
+	VMOVDQU Y3, 96(SP); \
+	K2_DD(128)
+
+#define Q2K_ROWS(QO, SH) \
+	K2_Q(QO, SH, AX, Y0); \
+	K2_Q(QO, SH, R12, Y1); \
+	K2_Q(QO, SH, R14, Y2); \
+	K2_Q(QO, SH, R15, Y3)
+
+// Q2K_TOK adds activation block XO/36 of the token at Rt into ACC, SO =
+// 8·XO/36 locating its two scales (and, 64 bytes on, its two mins).
+#define Q2K_TOK(Rt, XO, SO, ACC) \
+	K_DOT4(Rt, XO); \
+	VPMOVZXBD SO(SP), Y12; \
+	VPMULLD Y12, Y11, Y11; \
+	VEXTRACTI128 $1, Y11, X12; \
+	VPADDD X12, X11, X11; \
+	VCVTDQ2PS X11, X11; \
+	VPMADDUBSW XO+4(Rt), Y10, Y12; \
+	VPMADDWD Y8, Y12, Y12; \
+	VPSHUFD $0x4e, Y12, Y13; \
+	VPADDD Y13, Y12, Y12; \
+	VPSHUFD $0xb1, Y12, Y13; \
+	VPADDD Y13, Y12, Y12; \
+	VPMOVZXBD SO+64(SP), Y13; \
+	VPMULLD Y13, Y12, Y12; \
+	VEXTRACTI128 $1, Y12, X13; \
+	VPADDD X13, X12, X12; \
+	VCVTDQ2PS X12, X12; \
+	VBROADCASTSS XO(Rt), X13; \
+	VMULPS 128(SP), X13, X14; \
+	VMULPS 144(SP), X13, X13; \
+	VFMADD231PS X14, X11, ACC; \
+	VFNMADD231PS X13, X12, ACC
+
+#define Q2K_SUPER(T) \
+	Q2K_HEAD; \
+	Q2K_ROWS(16, 0); \
+	T(Q2K_TOK, 0, 0); \
+	Q2K_ROWS(16, 2); \
+	T(Q2K_TOK, 36, 8); \
+	Q2K_ROWS(16, 4); \
+	T(Q2K_TOK, 72, 16); \
+	Q2K_ROWS(16, 6); \
+	T(Q2K_TOK, 108, 24); \
+	Q2K_ROWS(48, 0); \
+	T(Q2K_TOK, 144, 32); \
+	Q2K_ROWS(48, 2); \
+	T(Q2K_TOK, 180, 40); \
+	Q2K_ROWS(48, 4); \
+	T(Q2K_TOK, 216, 48); \
+	Q2K_ROWS(48, 6); \
+	T(Q2K_TOK, 252, 56); \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	ADDQ $336, BX; \
+	ADDQ $84, DX
+
+// K23_X is the body of a one-, two- or four-token kernel (OUT, GROUP,
+// T, ADV, STORE, PARTIAL: out+40, KX_GROUP1, K_T1, K23_ADV1, STORE1,
+// PARTIAL1 for one token; out+48, ..2, ..2 or ..4 for more): SUPER
+// (Q3K_SUPER or Q2K_SUPER) over the superblocks of each group of four
+// rows, C10 the constant for Y10, and G, S, R, P, D the kernel's labels
+// (group, superblock loop, reduce, partial, done).
+#define K23_X(OUT, GROUP, T, ADV, STORE, PARTIAL, C10, SUPER, G, S, R, P, D) \
+	QENTRY(OUT, K23CONST(C10), D); \
+G: \
+	GROUP(R); \
+	PCALIGN $32; \
+S: \
+	SUPER(T); \
+	ADV; \
+	DECQ CX; \
+	JNZ S; \
+R: \
+	STORE(G, P, D); \
+P: \
+	PARTIAL(D); \
+D: \
+	VZEROUPPER; \
+	RET
+
+// K23_ADV1, K23_ADV2 and K23_ADV4 move the tokens' activations on by one
+// superblock (eight blocks).
+#define K23_ADV1 \
+	ADDQ $288, R8
+
+#define K23_ADV2 \
+	ADDQ $288, R8; \
+	ADDQ $288, R9
+
+#define K23_ADV4 \
+	K23_ADV2; \
+	ADDQ $288, R10; \
+	ADDQ $288, R11
+
+#define K23_X1(C10, SUPER, G, S, R, P, D) \
+	K23_X(out+40, KX_GROUP1, K_T1, K23_ADV1, STORE1, PARTIAL1, C10, SUPER, G, S, R, P, D)
+
+#define K23_X2(C10, SUPER, G, S, R, P, D) \
+	K23_X(out+48, KX_GROUP2, K_T2, K23_ADV2, STORE2, PARTIAL2, C10, SUPER, G, S, R, P, D)
+
+#define K23_X4(C10, SUPER, G, S, R, P, D) \
+	K23_X(out+48, KX_GROUP4, K_T4, K23_ADV4, STORE4, PARTIAL4, C10, SUPER, G, S, R, P, D)
+
+// func matQ3Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+TEXT ·matQ3Kx1(SB), NOSPLIT, $80-48
+	K23_X1(k3x04<>(SB), Q3K_SUPER, q3x1g, q3x1s, q3x1r, q3x1p, q3x1d)
+
+// func matQ3Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ3Kx2(SB), NOSPLIT, $80-64
+	K23_X2(k3x04<>(SB), Q3K_SUPER, q3x2g, q3x2s, q3x2r, q3x2p, q3x2d)
+
+// func matQ3Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ3Kx4(SB), NOSPLIT, $80-64
+	K23_X4(k3x04<>(SB), Q3K_SUPER, q3x4g, q3x4s, q3x4r, q3x4p, q3x4d)
+
+// func matQ2Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+TEXT ·matQ2Kx1(SB), NOSPLIT, $160-48
+	K23_X1(k4ones8<>(SB), Q2K_SUPER, q2x1g, q2x1s, q2x1r, q2x1p, q2x1d)
+
+// func matQ2Kx2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ2Kx2(SB), NOSPLIT, $160-64
+	K23_X2(k4ones8<>(SB), Q2K_SUPER, q2x2g, q2x2s, q2x2r, q2x2p, q2x2d)
+
+// func matQ2Kx4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ2Kx4(SB), NOSPLIT, $160-64
+	K23_X4(k4ones8<>(SB), Q2K_SUPER, q2x4g, q2x4s, q2x4r, q2x4p, q2x4d)
