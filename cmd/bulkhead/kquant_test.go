@@ -222,12 +222,13 @@ func TestLlamaCppAgreesOnKQuants(t *testing.T) {
 	const maxTokens = 8
 	for _, typ := range []string{"q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "q3_k", "q2_k", "q3_k_m"} {
 		path := convertRandomK(t, typ)
+		refs, err := peer.GenerateAll(ctx, path, kquantPrompts, maxTokens, 1)
+		if err != nil {
+			t.Fatalf("llama.cpp on %s: %v", path, err)
+		}
 		same, prefix := 0, 0
-		for _, prompt := range kquantPrompts {
-			res, err := peer.Generate(ctx, path, prompt, maxTokens, 1)
-			if err != nil {
-				t.Fatalf("llama.cpp on %s: %v", path, err)
-			}
+		for i, prompt := range kquantPrompts {
+			res := refs[i]
 			ours, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", prompt,
 				"--max-tokens", strconv.Itoa(maxTokens), "--temperature", "0")
 			if code != 0 {
@@ -281,37 +282,37 @@ func TestLlamaCppAgreesOnLegacyQuants(t *testing.T) {
 	requirePeer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	compare := func(path, typ, prompt string, maxTokens int) bool {
-		res, err := peer.Generate(ctx, path, prompt, maxTokens, 1)
+	// agree counts the prompts whose maxTokens-token greedy completion of
+	// path is the same in Bulkhead and llama.cpp (one llama.cpp process per
+	// file).
+	agree := func(path, typ string, prompts []string, maxTokens int) int {
+		refs, err := peer.GenerateAll(ctx, path, prompts, maxTokens, 1)
 		if err != nil {
 			t.Fatalf("llama.cpp on %s: %v", path, err)
 		}
-		ours, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", prompt,
-			"--max-tokens", strconv.Itoa(maxTokens), "--temperature", "0")
-		if code != 0 {
-			t.Fatalf("bulkhead generate on %s: %s", path, errOut)
+		same := 0
+		for i, prompt := range prompts {
+			ours, errOut, code := runCLI(t, "generate", "--model", path, "--prompt", prompt,
+				"--max-tokens", strconv.Itoa(maxTokens), "--temperature", "0")
+			if code != 0 {
+				t.Fatalf("bulkhead generate on %s: %s", path, errOut)
+			}
+			if ours == refs[i].Completion {
+				same++
+			} else {
+				t.Logf("%s %q: %s", typ, prompt, firstDiff(ours, refs[i].Completion))
+			}
 		}
-		if ours != res.Completion {
-			t.Logf("%s %q: %s", typ, prompt, firstDiff(ours, res.Completion))
-		}
-		return ours == res.Completion
+		return same
+	}
+	lines := loadGolden(t)
+	goldenPrompts := make([]string, len(lines))
+	for i, g := range lines {
+		goldenPrompts[i] = g.Prompt
 	}
 	for _, typ := range []string{"q4_1", "q5_0", "q5_1"} {
-		path := convertRandomK(t, typ)
-		same := 0
-		for _, prompt := range kquantPrompts {
-			if compare(path, typ, prompt, 8) {
-				same++
-			}
-		}
-		path = convertEmbedded(t, typ)
-		lines := loadGolden(t)
-		sameGolden := 0
-		for _, g := range lines {
-			if compare(path, typ+" stories260K", g.Prompt, 20) {
-				sameGolden++
-			}
-		}
+		same := agree(convertRandomK(t, typ), typ, kquantPrompts, 8)
+		sameGolden := agree(convertEmbedded(t, typ), typ+" stories260K", goldenPrompts, 20)
 		t.Logf("%s: random 2M %d of %d 8-token completions identical in Bulkhead and llama.cpp; stories260K %d of %d 20-token ones",
 			typ, same, len(kquantPrompts), sameGolden, len(lines))
 		if floor := 6; same < floor {
