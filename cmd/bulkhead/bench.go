@@ -55,7 +55,14 @@ type modelBench struct {
 	// shared machine the bandwidth drifts by tens of percent within a
 	// minute, so a decode figure is only judged against its neighbour.
 	BandwidthFractionReps []float64 `json:"bandwidth_fraction_reps"`
-	StartToFirstTokenMS   float64   `json:"start_to_first_token_ms"`
+	// KVBytesPerToken is the mean KV cache a decode step reads (keys and
+	// values of every earlier position, all layers) over the decode, and
+	// BandwidthFractionWithKV is BandwidthFraction counting those bytes
+	// too: attention's reads come from memory as well, so this is what the
+	// step actually streams. The goal is stated on weights alone.
+	KVBytesPerToken         int64   `json:"kv_bytes_per_token"`
+	BandwidthFractionWithKV float64 `json:"bandwidth_fraction_with_kv"`
+	StartToFirstTokenMS     float64 `json:"start_to_first_token_ms"`
 
 	// The llama.cpp peer on the same file and thread count, when --peer.
 	Peer              *peer.BenchResult `json:"llama_cpp,omitempty"`
@@ -153,6 +160,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		res.BandwidthFractionReps = append(res.BandwidthFractionReps, decode[i]*float64(res.WeightBytesPerToken)/bw[i])
 	}
 	res.BandwidthFraction = median(res.BandwidthFractionReps)
+	// Decode step i runs at position 1+i and attends to positions 0..1+i,
+	// 2+i of them: 2+(genN-1)/2 on average over the decode (rounded down).
+	res.KVBytesPerToken = int64(m.Config.KVBytesPerToken(kvt)) * int64(2+(*genN-1)/2)
+	res.BandwidthFractionWithKV = res.BandwidthFraction * float64(res.WeightBytesPerToken+res.KVBytesPerToken) / float64(res.WeightBytesPerToken)
 	res.ReadBandwidthBytesPS = median(bw)
 	res.DecodeBandwidthBytesS = res.DecodeTokensPerS * float64(res.WeightBytesPerToken)
 	if *withPeer {
@@ -174,10 +185,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "model            %s (%s weights, %s KV cache, %s kernels, %d threads)\n", res.Model, res.WeightType, res.KVDType, res.Kernels, res.Threads)
 	fmt.Fprintf(stdout, "prefill          %.1f tokens/s (%d-token prompt, best of %d)\n", res.PrefillTokensPerS, *promptN, *reps)
 	fmt.Fprintf(stdout, "decode           %.1f tokens/s (%d tokens, best of %d)\n", res.DecodeTokensPerS, *genN, *reps)
-	fmt.Fprintf(stdout, "weights/token    %.1f MB\n", float64(res.WeightBytesPerToken)/1e6)
+	fmt.Fprintf(stdout, "weights/token    %.1f MB (and %.1f MB of %s KV cache on average)\n", float64(res.WeightBytesPerToken)/1e6, float64(res.KVBytesPerToken)/1e6, res.KVDType)
 	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before and after each rep's decode; best decode reads %.1f GB/s\n",
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
-	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s)\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps))
+	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s); %.0f%% counting the KV cache's bytes\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps), 100*res.BandwidthFractionWithKV)
 	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)
 	if p := res.Peer; p != nil {
 		fmt.Fprintf(stdout, "llama.cpp        prefill %.1f tokens/s, decode %.1f tokens/s (%s)\n", p.PrefillTokensPerS, p.DecodeTokensPerS, p.Version)

@@ -25,8 +25,13 @@ func TestBenchModelJSON(t *testing.T) {
 	if len(res.BandwidthFractionReps) != 2 || res.BandwidthFraction <= 0 {
 		t.Fatalf("bandwidth fraction per rep %v, median %v; want 2 reps", res.BandwidthFractionReps, res.BandwidthFraction)
 	}
-	if res.PromptTokens != 16 || res.GenTokens != 8 || res.Threads != 2 {
-		t.Fatalf("echoed settings %d/%d/%d, want 16/8/2", res.PromptTokens, res.GenTokens, res.Threads)
+	if res.PromptTokens != 16 || res.GenTokens != 8 || res.Threads != 2 || res.KVDType != "f32" {
+		t.Fatalf("echoed settings %d/%d/%d/%s, want 16/8/2/f32", res.PromptTokens, res.GenTokens, res.Threads, res.KVDType)
+	}
+	// stories260K: 5 layers, KV dimension 32; 8 decode steps attend to 2..9
+	// positions, 5 on average (rounded down), of 2×5×32 float32s each.
+	if want := int64(5 * 2 * 5 * 32 * 4); res.KVBytesPerToken != want || res.BandwidthFractionWithKV <= res.BandwidthFraction {
+		t.Fatalf("KV bytes per token %d (want %d), fraction with KV %v against %v without", res.KVBytesPerToken, want, res.BandwidthFractionWithKV, res.BandwidthFraction)
 	}
 	for _, args := range [][]string{
 		{"bench", "model", "--reps", "0"},
