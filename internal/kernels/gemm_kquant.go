@@ -26,6 +26,19 @@ func gemmQ3Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, 
 //go:noescape
 func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 
+// The legacy types' eight-token kernels (gemm_legacy_amd64.s), on the
+// same interleaved activations; like the K-quants' their quants are
+// unsigned, so nothing is scanned first either.
+
+//go:noescape
+func gemmQ41x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+//go:noescape
+func gemmQ50x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+//go:noescape
+func gemmQ51x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
 type gemmX8 func(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 
 // gemmKRows is matRowsSIMD for K-quant weights and at least gemmMinTokens
@@ -52,5 +65,10 @@ func gemmKRows(g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile in
 
 // hasGemm reports whether weights of type t have an eight-token kernel.
 func hasGemm(t tensor.DType) bool {
-	return t == tensor.Q8_0 || t == tensor.Q2_K || t == tensor.Q3_K || t == tensor.Q4_K || t == tensor.Q5_K || t == tensor.Q6_K
+	switch t {
+	case tensor.Q8_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
+		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+		return true
+	}
+	return false
 }

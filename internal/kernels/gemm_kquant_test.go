@@ -13,6 +13,13 @@ import (
 // gemmKTypes are the K-quant types with an eight-token kernel.
 var gemmKTypes = []tensor.DType{tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
 
+// gemmLegacyTypes are the legacy 32-element types with one
+// (gemm_legacy_amd64.s), gemmTypes both sets.
+var (
+	gemmLegacyTypes = []tensor.DType{tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
+	gemmTypes       = append(append([]tensor.DType{}, gemmKTypes...), gemmLegacyTypes...)
+)
+
 // The eight-token K-quant kernels must give every (row, token) the bits
 // dotQ2KGo to dotQ6KGo give it: for 5 to 20 tokens (whole and
 // partial groups of eight, with the four-row kernels taking the rest), every
@@ -23,16 +30,28 @@ func TestGemmKQuantMatchesGo(t *testing.T) {
 	kqSweep(t, rand.New(rand.NewPCG(61, 62)), gemmKTypes, kqCols, 5, 20)
 }
 
+// The legacy kernels likewise, and on block counts that are not whole
+// superblocks (1, 3 and 7 blocks): they step block by block.
+func TestGemmLegacyMatchesGo(t *testing.T) {
+	needSIMD(t)
+	kqSweep(t, rand.New(rand.NewPCG(67, 68)), gemmLegacyTypes, []int{32, 96, 224, 768}, 5, 20)
+}
+
 // Several tiles of tileBytes, on the whole matrix and on a sub-range of
 // rows as a pool thread gets it, so that the kernel's row groups, partial
 // last four and prefetch run across tiles.
 func TestGemmKQuantTiles(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(63, 64))
-	for _, typ := range gemmKTypes {
+	for _, typ := range gemmTypes {
 		for _, sh := range [][2]int{{301, 1024}, {467, 768}} {
 			kqTiles(t, rng, kqWeights(rng, typ, sh[0], sh[1]), []int{5, 8, 13, 20})
 		}
+	}
+	// Up to eight groups of eight, and odd counts whose last group is
+	// partial or left to the four-row kernels.
+	for _, typ := range gemmLegacyTypes {
+		kqTiles(t, rng, kqWeights(rng, typ, 301, 1024), []int{29, 37, 43, 64})
 	}
 }
 
@@ -42,7 +61,7 @@ func TestGemmKQuantTiles(t *testing.T) {
 func TestGemmKQuantPool(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(65, 66))
-	types := append([]tensor.DType{tensor.Q8_0, tensor.Q4_0}, gemmKTypes...)
+	types := append([]tensor.DType{tensor.Q8_0, tensor.Q4_0}, gemmTypes...)
 	ws := make([]*Matrix, len(types))
 	for k, typ := range types {
 		ws[k], _ = randMatrix(t, rng, typ, 37+k*29, 768)
@@ -75,10 +94,11 @@ func TestGemmKQuantPool(t *testing.T) {
 	}
 }
 
-// BenchmarkGemmKQuant compares the eight-token K-quant kernels with the
-// four-row kernels in one run (the machine's load varies between runs).
+// BenchmarkGemmKQuant compares the eight-token K-quant and legacy kernels
+// with the four-row kernels in one run (the machine's load varies between
+// runs).
 func BenchmarkGemmKQuant(b *testing.B) {
-	for _, typ := range gemmKTypes {
+	for _, typ := range gemmTypes {
 		for _, sh := range [][3]int{{2048, 768, 64}, {768, 2048, 64}} {
 			w := benchMatrix(b, typ, sh[0], sh[1])
 			n := sh[2]

@@ -12,8 +12,8 @@ import (
 // blocks as Q8_0 and Q4_0: one weight block meets one activation block.
 // These define the results (order.go); on amd64 simd_q41_amd64.s and
 // simd_q5_amd64.s give the same bits with four rows and up to four tokens
-// per pass. There is no eight-token kernel: prefill runs the four-token
-// ones.
+// per pass, and gemm_legacy_amd64.s with four rows by eight tokens
+// (prefill, as for Q8_0 and the K-quants).
 
 // legacyType reports whether t is one of the types dotLegacyGo multiplies.
 func legacyType(t tensor.DType) bool {

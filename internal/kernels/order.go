@@ -50,13 +50,14 @@ import "math"
 // acc = fma(d·dx, A, acc), then acc = fma(m·dx, B, acc), d·dx and m·dx
 // each one float32 multiply, as Q4_K's two terms (with + for the min).
 // simd_q41_amd64.s and simd_q5_amd64.s reproduce it four rows to a
-// register.
+// register, gemm_legacy_amd64.s eight tokens at a time.
 //
 // One accumulator per (row, token) is what lets the kernels lay a register
 // out however suits them: the one- to four-token kernels hold four rows of
 // one token in a register (the rows' sums reduced with in-lane unpacks),
-// the batched kernels (gemm_q8_amd64.s, and gemm_kquant_amd64.s for Q4_K
-// and Q6_K) eight tokens of one row, with no reduction across lanes at all. Either way one convert, one multiply and
+// the batched kernels (gemm_q8_amd64.s, gemm_kquant_amd64.s,
+// gemm_q5k_amd64.s and gemm_legacy_amd64.s) eight tokens of one row, with no
+// reduction across lanes at all. Either way one convert, one multiply and
 // one fused multiply-add serve several (row, token) pairs per block.
 //
 // Sixteen lanes for the plain types are what AVX2 holds in two ymm

@@ -110,6 +110,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	var p3, p4 plainX4
 	var q1 quantX1
 	var q2, q4 quantX4
+	var g8 gemmX8 // the eight-token kernel, where there is one (not Q8_0's: gemmQ8Rows)
 	switch w.Type {
 	case tensor.F32:
 		p1, p3, p4 = matF32x1, matF32x3, matF32x4
@@ -122,21 +123,21 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	case tensor.Q4_0:
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
 	case tensor.Q4_1:
-		q1, q2, q4 = matQ41x1, matQ41x2, matQ41x4
+		q1, q2, q4, g8 = matQ41x1, matQ41x2, matQ41x4, gemmQ41x8
 	case tensor.Q5_0:
-		q1, q2, q4 = matQ50x1, matQ50x2, matQ50x4
+		q1, q2, q4, g8 = matQ50x1, matQ50x2, matQ50x4, gemmQ50x8
 	case tensor.Q5_1:
-		q1, q2, q4 = matQ51x1, matQ51x2, matQ51x4
+		q1, q2, q4, g8 = matQ51x1, matQ51x2, matQ51x4, gemmQ51x8
 	case tensor.Q4_K:
-		q1, q2, q4 = matQ4Kx1, matQ4Kx2, matQ4Kx4
+		q1, q2, q4, g8 = matQ4Kx1, matQ4Kx2, matQ4Kx4, gemmQ4Kx8
 	case tensor.Q5_K:
-		q1, q2, q4 = matQ5Kx1, matQ5Kx2, matQ5Kx4
+		q1, q2, q4, g8 = matQ5Kx1, matQ5Kx2, matQ5Kx4, gemmQ5Kx8
 	case tensor.Q6_K:
-		q1, q2, q4 = matQ6Kx1, matQ6Kx2, matQ6Kx4
+		q1, q2, q4, g8 = matQ6Kx1, matQ6Kx2, matQ6Kx4, gemmQ6Kx8
 	case tensor.Q3_K:
-		q1, q2, q4 = matQ3Kx1, matQ3Kx2, matQ3Kx4
+		q1, q2, q4, g8 = matQ3Kx1, matQ3Kx2, matQ3Kx4, gemmQ3Kx8
 	case tensor.Q2_K:
-		q1, q2, q4 = matQ2Kx1, matQ2Kx2, matQ2Kx4
+		q1, q2, q4, g8 = matQ2Kx1, matQ2Kx2, matQ2Kx4, gemmQ2Kx8
 	default:
 		// No assembly kernel: the Go one is the only path.
 		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
@@ -144,24 +145,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	}
 	nb := cols / 32
 	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {
-		switch w.Type {
-		case tensor.Q8_0:
+		switch {
+		case w.Type == tensor.Q8_0:
 			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
-		case tensor.Q4_K:
-			gemmKRows(gemmQ4Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
-			return
-		case tensor.Q5_K:
-			gemmKRows(gemmQ5Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
-			return
-		case tensor.Q6_K:
-			gemmKRows(gemmQ6Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
-			return
-		case tensor.Q3_K:
-			gemmKRows(gemmQ3Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
-			return
-		case tensor.Q2_K:
-			gemmKRows(gemmQ2Kx8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+		case g8 != nil:
+			gemmKRows(g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
 		}
 	}

@@ -132,10 +132,16 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 	LG_Q50(6(DX)(R15*1), 2(DX)(R15*1), Y3, X3)
 
 #define WEIGHTS_Q51 \
-	LG_Q51(8(DX), 4(DX), Y0, X0); \
-	LG_Q51(8(DX)(R12*1), 4(DX)(R12*1), Y1, X1); \
-	LG_Q51(8(DX)(R14*1), 4(DX)(R14*1), Y2, X2); \
-	LG_Q51(8(DX)(R15*1), 4(DX)(R15*1), Y3, X3)
+	WEIGHTS_Q5(8, 4)
+
+// WEIGHTS_Q5 unpacks four rows of five-bit quants (qs at QS, qh at QH in
+// the block) as quants 0..31: Q5_1's, and Q5_0's for the eight-token
+// kernel, which takes the 16 off as 16·Σx (gemm_legacy_amd64.s).
+#define WEIGHTS_Q5(QS, QH) \
+	LG_Q51(QS(DX), QH(DX), Y0, X0); \
+	LG_Q51(QS(DX)(R12*1), QH(DX)(R12*1), Y1, X1); \
+	LG_Q51(QS(DX)(R14*1), QH(DX)(R14*1), Y2, X2); \
+	LG_Q51(QS(DX)(R15*1), QH(DX)(R15*1), Y3, X3)
 
 // LG_SCALESM loads d of the four rows into the low lane of Y9 and m into
 // the high lane, as float32 (Q4_1, Q5_1).
