@@ -87,6 +87,9 @@ func TestUnreadableFrameFailsTheBoundTransfer(t *testing.T) {
 	if err != nil || f.Type != transfer.TypeAbort || f.ID != id || f.Code != transfer.CodeChecksum {
 		t.Fatalf("after a garbage frame decode sent %+v (%v); want ABORT(%s) for the open transfer", f, err, transfer.CodeChecksum)
 	}
+	if f, err := c.Read(); err != nil || f.Type != transfer.TypeAbort || !f.ID.IsZero() || f.Code != transfer.CodeChecksum {
+		t.Fatalf("after the transfer's ABORT decode sent %+v (%v); want the connection's ABORT (zero id, %s)", f, err, transfer.CodeChecksum)
+	}
 	if _, err := c.Read(); err == nil {
 		t.Fatal("decode kept the connection open after a frame it could not decode")
 	}
@@ -126,7 +129,7 @@ func TestOpenHitInItsHeader(t *testing.T) {
 	for _, hit := range []struct {
 		name string
 		at   int
-	}{{"magic", 0}, {"version", 2}, {"type", 3}} {
+	}{{"magic", 0}, {"version", 2}, {"type", 3}, {"id", 9}} {
 		t.Run(hit.name, func(t *testing.T) {
 			p := startPair(t, setup{})
 			prompt := encode("Once upon a time there was")
@@ -147,6 +150,21 @@ func TestOpenHitInItsHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			f, err := c.Read()
+			if hit.name == "id" {
+				// The OPEN names an id no reservation has: decode cannot
+				// say which transfer it was, so it aborts the connection
+				// (zero id), which prefill's Sender takes as its own; the
+				// reservation, untouched, goes when the router cancels it.
+				if err != nil || f.Type != transfer.TypeAbort || !f.ID.IsZero() || f.Code != transfer.CodeChecksum {
+					t.Fatalf("after an OPEN hit in its id decode sent %+v (%v); want the connection's ABORT (zero id, %s)", f, err, transfer.CodeChecksum)
+				}
+				if res := p.cancel(p.decURL, id.String()); !res.Known {
+					t.Fatal("the reservation was gone before the router's cancel")
+				}
+				g.rest()
+				p.idle()
+				return
+			}
 			if err != nil || f.Type != transfer.TypeAbort || f.ID != id || f.Code != transfer.CodeChecksum {
 				t.Fatalf("after an OPEN hit in its %s decode sent %+v (%v); want ABORT(%s) for it", hit.name, f, err, transfer.CodeChecksum)
 			}

@@ -170,7 +170,11 @@ func (s *Server) frameIn(kc *kvConn, f *transfer.Frame) {
 //     no live 128-bit id; the transfer could not succeed anyway, since
 //     its sender's one connection is about to close;
 //   - every other transfer this connection opened, since a frame whose
-//     header is unreadable names none.
+//     header is unreadable names none;
+//   - and, with an ABORT under the zero id (which prefill's Sender takes as
+//     addressed to every transfer on the connection), any transfer whose
+//     OPEN was the frame hit in its id bytes: decode cannot name it, but
+//     its sender learns of the corruption instead of a lost connection.
 func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 	reason := errkind.New(errkind.Integrity, transfer.CodeChecksum, "kv transfer: corrupted frame from prefill: %v", fe)
 	if fe.HasID {
@@ -186,6 +190,7 @@ func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 			s.step(transfer.Cancel{ID: id, Reason: reason}) // bound here: the Receiver sends the ABORT
 		}
 	}
+	kc.send(&transfer.Frame{Type: transfer.TypeAbort, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
 	kc.closeWhenFlushed()
 }
 

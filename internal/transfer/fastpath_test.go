@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 )
 
@@ -350,5 +351,31 @@ func TestCombineCRC(t *testing.T) {
 				t.Fatalf("%d bytes cut at %d: table-combined %08x, direct %08x", n, cut, got, want)
 			}
 		}
+	}
+}
+
+// TestConnectionAbort: an ABORT under the zero id (decode's answer to a
+// frame it could not attribute, such as an OPEN hit in its id bytes) fails
+// the Sender on that connection with the ABORT's kind and code, while any
+// other frame under the zero id is ignored.
+func TestConnectionAbort(t *testing.T) {
+	id := NewID()
+	_, src := filledSeq(t, 8, 1, 64, 3)
+	s, err := NewSender(SenderConfig{ID: id, Tenant: "a", Tokens: 8, Layers: 1, KVDim: 64, Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Step(Start{})
+	if out := s.Step(FrameIn{Frame: &Frame{Type: TypeHello, Window: 1}}); len(out) != 0 || s.Terminal() {
+		t.Fatalf("a HELLO under the zero id was taken as the transfer's: %v", out)
+	}
+	var fail *Fail
+	for _, a := range s.Step(FrameIn{Frame: &Frame{Type: TypeAbort, Kind: uint8(errkind.Integrity), Code: CodeChecksum, Reason: "corrupted frame"}}) {
+		if f, ok := a.(Fail); ok {
+			fail = &f
+		}
+	}
+	if fail == nil || !s.Terminal() || fail.Err.Kind != errkind.Integrity || fail.Err.Code != CodeChecksum {
+		t.Fatalf("after the connection's ABORT: fail %+v, terminal %v; want an integrity failure", fail, s.Terminal())
 	}
 }

@@ -175,7 +175,7 @@ func (s *Sender) Step(ev Event) []Action {
 		}
 		out = s.tick(out)
 	case FrameIn:
-		if e.Frame == nil || e.Frame.ID != s.cfg.ID || s.state == sIdle {
+		if e.Frame == nil || s.state == sIdle || e.Frame.ID != s.cfg.ID && !connAbort(e.Frame) {
 			return nil
 		}
 		out = s.frame(out, e.Frame)
@@ -282,6 +282,12 @@ func (s *Sender) frame(out []Action, f *Frame) []Action {
 	}
 	return out
 }
+
+// connAbort reports whether f is an ABORT for the whole connection: the
+// zero id, which no transfer uses, sent by a receiver that got a frame it
+// could not attribute to any transfer (an OPEN corrupted in its id). Every
+// transfer on that connection fails with its reason.
+func connAbort(f *Frame) bool { return f.Type == TypeAbort && f.ID.IsZero() }
 
 // pump sends DATA while the window allows, then COMMIT once every frame
 // has been sent.
