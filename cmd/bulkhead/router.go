@@ -18,6 +18,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/router"
 	"github.com/bulkhead-llm/bulkhead/internal/server"
@@ -87,7 +88,11 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 		return err
 	}
 	defer m.Close()
-	if err := cfg.Resolve(m.Config.ContextLen); err != nil {
+	kvt, err := model.ParseKVType(cfg.KV.DType)
+	if err != nil {
+		return fmt.Errorf("router: kv.dtype: %w", err)
+	}
+	if err := cfg.Resolve(m.Config.ContextLen, m.Config.KVBytesPerToken(kvt)); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 	met := metrics.New()

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -125,8 +127,13 @@ type KV struct {
 	// PageSize is tokens per page (default 16).
 	PageSize int `yaml:"page_size"`
 	// Pages is the number of pages in the pool; 0 sizes the pool for four
-	// full-context sequences (Resolve).
+	// full-context sequences (Resolve), or from Memory when that is set.
 	Pages int `yaml:"pages"`
+	// Memory sizes the pool by bytes instead of pages ("2GiB", "512MiB",
+	// "1.5GB"): as many pages as fit, given the model's layers, KV
+	// dimension and DType (an f16 pool holds twice the tokens of an f32 one
+	// in the same memory). Set at most one of Pages and Memory.
+	Memory string `yaml:"memory"`
 	// Scrub is ScrubZero (default), ScrubPoison or ScrubOff.
 	Scrub string `yaml:"scrub"`
 	// DType is the element type of cached keys and values: "f32" (default:
@@ -375,7 +382,10 @@ func (c *Config) prefixGroups() map[string]string {
 // error), MaxInputTokens (0 becomes ContextLen) and KV.Pages (0 becomes
 // room for four full-context sequences). It then checks that one
 // full-context request fits in the pool, the preflight rule.
-func (c *Config) Resolve(modelContextLen int) error {
+//
+// kvBytesPerToken is the KV storage one token takes in this model at
+// kv.dtype (model.Config.KVBytesPerToken), which kv.memory is divided by.
+func (c *Config) Resolve(modelContextLen, kvBytesPerToken int) error {
 	if modelContextLen <= 0 {
 		return fmt.Errorf("config: the model reports context length %d", modelContextLen)
 	}
@@ -392,6 +402,17 @@ func (c *Config) Resolve(modelContextLen int) error {
 		return fmt.Errorf("config: max_input_tokens is %d but context_len is %d; a prompt can never be longer than the context", c.MaxInputTokens, c.ContextLen)
 	}
 	perSeq := (c.ContextLen + c.KV.PageSize - 1) / c.KV.PageSize
+	if c.KV.Memory != "" && c.KV.Pages == 0 {
+		mem, err := ParseBytes(c.KV.Memory)
+		if err != nil || kvBytesPerToken <= 0 {
+			return fmt.Errorf("config: kv.memory %q: %v (%d bytes per token)", c.KV.Memory, err, kvBytesPerToken)
+		}
+		pageBytes := int64(c.KV.PageSize) * int64(kvBytesPerToken)
+		if c.KV.Pages = int(min(mem/pageBytes, math.MaxInt32)); c.KV.Pages < perSeq {
+			return fmt.Errorf("config: kv.memory %s holds %d pages of %d tokens (%d bytes each, %d per token at kv.dtype %s) but one full-context request of %d tokens needs %d pages (%d bytes); raise kv.memory or lower context_len",
+				c.KV.Memory, c.KV.Pages, c.KV.PageSize, pageBytes, kvBytesPerToken, c.KV.DType, c.ContextLen, perSeq, int64(perSeq)*pageBytes)
+		}
+	}
 	if c.KV.Pages == 0 {
 		c.KV.Pages = 4 * perSeq
 	}
@@ -404,3 +425,24 @@ func (c *Config) Resolve(modelContextLen int) error {
 
 // PoolTokens is the tokens the KV pool holds: pages × page size.
 func (c *Config) PoolTokens() int { return c.KV.Pages * c.KV.PageSize }
+
+// ParseBytes parses a size such as "2GiB", "512 MiB", "1.5GB" or "1048576"
+// (bytes): binary units KiB, MiB, GiB, TiB and decimal kB, MB, GB, TB.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') && t[i-1] != '.' {
+		i--
+	}
+	num, unit := strings.TrimSpace(t[:i]), strings.TrimSpace(t[i:])
+	mult, ok := map[string]float64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+		"kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q (want B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)", unit)
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) || v*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is not a positive size", s)
+	}
+	return int64(v * mult), nil
+}

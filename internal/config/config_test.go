@@ -78,6 +78,8 @@ func TestParseErrors(t *testing.T) {
 		{"api_key without tenants", "auth: api_key\n", []string{"no tenants"}},
 		{"bad scrub", "kv:\n  scrub: bleach\n", []string{"line 2", "kv.scrub", "bleach"}},
 		{"bad kv dtype", "kv:\n  dtype: q8_0\n", []string{"line 2", "kv.dtype", "q8_0", "f16"}},
+		{"bad kv memory", "kv:\n  memory: 2 gigs\n", []string{"line 2", "kv.memory", "gigs"}},
+		{"kv memory and pages", "kv:\n  pages: 64\n  memory: 1GiB\n", []string{"line 3", "kv.memory", "kv.pages"}},
 		{"share with unknown", "prefix_cache:\n  enabled: true\ntenants:\n  - name: a\n    api_keys: [k1]\n    share_prefix_cache_with: [zed]\n", []string{"line 6", `"zed"`}},
 		{"sharing without cache", "tenants:\n  - name: a\n    api_keys: [k1]\n    prefix_group: org\n", []string{"prefix_cache.enabled"}},
 		{"two documents", "context_len: 5\n---\ncontext_len: 6\n", []string{"more than one YAML document"}},
@@ -129,7 +131,7 @@ func TestAllErrorsReported(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	c := Default()
-	if err := c.Resolve(512); err != nil {
+	if err := c.Resolve(512, 1280); err != nil {
 		t.Fatal(err)
 	}
 	if c.ContextLen != 512 || c.MaxInputTokens != 512 || c.KV.Pages != 4*32 || c.PoolTokens() != 4*512 {
@@ -137,18 +139,49 @@ func TestResolve(t *testing.T) {
 	}
 	c = Default()
 	c.ContextLen = 1024
-	if err := c.Resolve(512); err == nil || !strings.Contains(err.Error(), "1024") {
+	if err := c.Resolve(512, 1280); err == nil || !strings.Contains(err.Error(), "1024") {
 		t.Fatalf("context_len over the model's: %v", err)
 	}
 	c = Default()
 	c.KV.Pages = 31 // one page short of a 512-token request
-	if err := c.Resolve(512); err == nil || !strings.Contains(err.Error(), "at least 32") {
+	if err := c.Resolve(512, 1280); err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Fatalf("pool one page short: %v", err)
 	}
 	c = Default()
 	c.KV.Pages = 32
-	if err := c.Resolve(512); err != nil {
+	if err := c.Resolve(512, 1280); err != nil {
 		t.Fatalf("pool exactly one context: %v", err)
+	}
+
+	// kv.memory: as many pages as fit. 1280 bytes per token (stories260K
+	// at f32) × 16-token pages = 20 KiB a page.
+	c = Default()
+	c.KV.Memory = "1MiB"
+	if err := c.Resolve(512, 1280); err != nil || c.KV.Pages != (1<<20)/(16*1280) {
+		t.Fatalf("kv.memory 1MiB: %d pages, %v; want %d", c.KV.Pages, err, (1<<20)/(16*1280))
+	}
+	c = Default()
+	c.KV.Memory = "1MiB"
+	if err := c.Resolve(512, 640); err != nil || c.KV.Pages != (1<<20)/(16*640) { // f16: twice the pages
+		t.Fatalf("kv.memory 1MiB at 640 bytes per token: %d pages, %v", c.KV.Pages, err)
+	}
+	c = Default()
+	c.KV.Memory = "600KiB" // 30 pages, one full-context request needs 32
+	if err := c.Resolve(512, 1280); err == nil || !strings.Contains(err.Error(), "needs 32 pages") || !strings.Contains(err.Error(), "600KiB") {
+		t.Fatalf("kv.memory too small for one request: %v", err)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{"1048576": 1 << 20, "2GiB": 2 << 30, "512 MiB": 512 << 20, "1.5GB": 1500000000, "64kB": 64000, "3B": 3} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "GiB", "-1GiB", "0", "2 gigs", "1e400GB", "NaNGB"} {
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
+		}
 	}
 }
 

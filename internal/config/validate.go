@@ -88,6 +88,14 @@ func (c *Config) validateScalars(v *validator) {
 	if !slices.Contains([]string{ScrubZero, ScrubPoison, ScrubOff}, c.KV.Scrub) {
 		v.fail("kv.scrub", "is %q; want zero, poison or off", c.KV.Scrub)
 	}
+	if c.KV.Memory != "" {
+		if _, err := ParseBytes(c.KV.Memory); err != nil {
+			v.fail("kv.memory", "%v", err)
+		}
+		if c.KV.Pages != 0 {
+			v.fail("kv.memory", "is set together with kv.pages; set one of them")
+		}
+	}
 	if !slices.Contains([]string{"f32", "f16"}, c.KV.DType) {
 		v.fail("kv.dtype", "is %q; want f32 or f16", c.KV.DType)
 	}

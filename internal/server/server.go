@@ -89,10 +89,6 @@ func LoadModel(cfg *config.Config) (*model.Model, error) {
 // can keep its promises: one full-context request must fit in the KV pool,
 // and the limits must be consistent. It changes cfg (defaults resolved).
 func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
-	if err := cfg.Resolve(m.Config.ContextLen); err != nil {
-		return Plan{}, fmt.Errorf("preflight: %w", err)
-	}
-	lim := Limits(cfg)
 	kvt, err := model.ParseKVType(cfg.KV.DType)
 	if err == nil {
 		err = model.CheckKVLayout(kvt, m.Config.KVDim())
@@ -100,6 +96,10 @@ func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
 	if err != nil {
 		return Plan{}, fmt.Errorf("preflight: kv.dtype: %w", err)
 	}
+	if err := cfg.Resolve(m.Config.ContextLen, m.Config.KVBytesPerToken(kvt)); err != nil {
+		return Plan{}, fmt.Errorf("preflight: %w", err)
+	}
+	lim := Limits(cfg)
 	p := Plan{
 		Model: m.Name, ModelContext: m.Config.ContextLen, Limits: lim,
 		Pages: cfg.KV.Pages, PageSize: cfg.KV.PageSize, KVType: kvt,

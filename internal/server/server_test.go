@@ -39,6 +39,18 @@ func TestPreflight(t *testing.T) {
 		t.Fatalf("KV bytes: f32 %d, f16 %d (%s); want %d and %d", plan.KVBytes, p16.KVBytes, p16, want, want/2)
 	}
 
+	// kv.memory instead of kv.pages: the same bytes hold twice the pages
+	// at f16.
+	for _, dt := range []string{"f32", "f16"} {
+		mc := config.Default()
+		mc.ContextLen, mc.KV.PageSize, mc.KV.Memory, mc.KV.DType = 256, 16, "1MiB", dt
+		p, err := Preflight(mc, m)
+		kvt, _ := model.ParseKVType(dt)
+		if want := (1 << 20) / (16 * m.Config.KVBytesPerToken(kvt)); err != nil || p.Pages != want || p.KVBytes > 1<<20 {
+			t.Fatalf("kv.memory 1MiB at %s: %d pages (%d bytes), %v; want %d pages", dt, p.Pages, p.KVBytes, err, want)
+		}
+	}
+
 	// One page short of a full-context request: refused, with the numbers.
 	cfg = config.Default()
 	cfg.ContextLen, cfg.KV.PageSize, cfg.KV.Pages = 256, 16, 15
