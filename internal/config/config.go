@@ -441,8 +441,8 @@ func ParseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("unknown unit %q (want B, KiB, MiB, GiB, TiB, kB, MB, GB or TB)", unit)
 	}
 	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || !(v > 0) || math.IsInf(v, 0) || v*mult >= math.MaxInt64 {
-		return 0, fmt.Errorf("%q is not a positive size", s)
+	if err != nil || !(v*mult >= 1) || math.IsInf(v, 0) || v*mult >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is not a size of at least one byte", s)
 	}
 	return int64(v * mult), nil
 }

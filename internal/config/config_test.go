@@ -178,7 +178,7 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "GiB", "-1GiB", "0", "2 gigs", "1e400GB", "NaNGB"} {
+	for _, in := range []string{"", "GiB", "-1GiB", "0", "0.5", "2 gigs", "1e400GB", "NaNGB"} {
 		if got, err := ParseBytes(in); err == nil {
 			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
 		}
@@ -233,4 +233,18 @@ func TestExampleInDocsLoads(t *testing.T) {
 	if _, err := Parse([]byte(s)); err != nil {
 		t.Fatalf("the documented example does not load: %v", err)
 	}
+}
+
+// FuzzParseBytes: any string gives a positive size or an error, never a
+// panic, and a size that parses is below the int64 limit.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"2GiB", "512 MiB", "1.5GB", "0", "-1KiB", "1e400GB", "NaNGB", "9223372036854775807", "0x10", " 7 B "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseBytes(s)
+		if err == nil && n < 1 {
+			t.Fatalf("ParseBytes(%q) = %d", s, n)
+		}
+	})
 }
