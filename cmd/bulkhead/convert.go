@@ -26,7 +26,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer file for --checkpoint")
 	random := fs.String("random", "", "write a random-weight model of this shape instead: "+convert.ShapeNames())
 	seed := fs.Uint64("seed", 1, "seed for --random weights")
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes of q4_k or q5_k with q6_k), q3_k_m (its mix of q3_k with q4_k, q5_k and q6_k); K-quants need rows of a multiple of 256, other matrices fall back as in llama.cpp (q2_k, q3_k and q4_k to q5_0, q5_k to q5_1, q6_k to q8_0; f16 if rows are not a multiple of 32)")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes of q4_k or q5_k with q6_k), q3_k_m (its mix of q3_k with q4_k, q5_k and q6_k); q2_k is llama.cpp's Q2_K mix (q2_k with q3_k, q4_k and q6_k), not q2_k throughout; K-quants need rows of a multiple of 256, other matrices fall back as in llama.cpp (q2_k and q3_k to q4_0, q4_k to q5_0, q5_k to q5_1, q6_k to q8_0; f16 if rows are not a multiple of 32)")
 	out := fs.String("out", "", "output GGUF path (required)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -90,6 +90,8 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 			return convert.WriteGGUFQ5KM(w, m)
 		case mixQ3KM:
 			return convert.WriteGGUFQ3KM(w, m)
+		case dt == tensor.Q2_K:
+			return convert.WriteGGUFQ2K(w, m)
 		}
 		return convert.WriteGGUF(w, m, dt)
 	})

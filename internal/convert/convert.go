@@ -21,13 +21,14 @@ import (
 // all-Q4_K file is llama.cpp's MOSTLY_Q4_K_S (14), an all-Q5_K one its
 // MOSTLY_Q5_K_S (16) and an all-Q3_K one its MOSTLY_Q3_K_S (11);
 // MOSTLY_Q4_K_M (15) and MOSTLY_Q5_K_M (17) would promise some Q6_K
-// tensors, which WriteGGUF does not write. An all-Q2_K file gets
-// MOSTLY_Q2_K (10), the nearest id, though llama.cpp's own Q2_K gives the
-// value, down and output projections Q3_K or Q4_K.
+// tensors, which WriteGGUF does not write. Q2_K has no entry: no llama.cpp
+// file type is Q2_K throughout (MOSTLY_Q2_K, 10, gives the value, down and
+// attention output projections Q3_K or Q4_K and the output Q6_K), so
+// WriteGGUF writes Q2_K as WriteGGUFQ2K's mix.
 var fileType = map[tensor.DType]uint32{
 	tensor.F32: 0, tensor.F16: 1, tensor.Q4_0: 2, tensor.Q4_1: 3, tensor.Q8_0: 7,
 	tensor.Q5_0: 8, tensor.Q5_1: 9, tensor.BF16: 32,
-	tensor.Q2_K: 10, tensor.Q3_K: 11, tensor.Q4_K: 14, tensor.Q5_K: 16, tensor.Q6_K: 18,
+	tensor.Q3_K: 11, tensor.Q4_K: 14, tensor.Q5_K: 16, tensor.Q6_K: 18,
 }
 
 // Types lists the tensor types the converter writes.
@@ -55,7 +56,13 @@ type Model struct {
 // The K-quants (Q2_K to Q6_K) need rows of a multiple of 256. A matrix
 // whose rows are not falls back as in llama.cpp's quantizer (fallbackType)
 // when the rows are a multiple of 32, else to F16.
+//
+// Q2_K is the exception to "type t throughout": it writes WriteGGUFQ2K's
+// mix, the only Q2_K file llama.cpp makes under MOSTLY_Q2_K.
 func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
+	if t == tensor.Q2_K {
+		return WriteGGUFQ2K(w, m)
+	}
 	ft, ok := fileType[t]
 	if !ok {
 		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", t)
@@ -63,12 +70,14 @@ func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	return write(w, m, ft, func(string) tensor.DType { return t })
 }
 
-// Q4KMFileType, Q5KMFileType and Q3KMFileType are llama.cpp's
-// general.file_type for MOSTLY_Q4_K_M, MOSTLY_Q5_K_M and MOSTLY_Q3_K_M.
+// Q4KMFileType, Q5KMFileType, Q3KMFileType and Q2KFileType are llama.cpp's
+// general.file_type for MOSTLY_Q4_K_M, MOSTLY_Q5_K_M, MOSTLY_Q3_K_M and
+// MOSTLY_Q2_K.
 const (
 	Q4KMFileType = 15
 	Q5KMFileType = 17
 	Q3KMFileType = 12
+	Q2KFileType  = 10
 )
 
 // WriteGGUFQ4KM encodes m the way llama.cpp's Q4_K_M quantisation mixes
@@ -112,6 +121,34 @@ func WriteGGUFQ3KM(w io.Writer, m *Model) error {
 			return tensor.Q4_K
 		}
 		return tensor.Q3_K
+	})
+}
+
+// WriteGGUFQ2K encodes m as llama.cpp's Q2_K (MOSTLY_Q2_K, not the
+// smaller Q2_K_S) does for a llama model (llama_tensor_get_type, no
+// experts, not Falcon): Q6_K for the output matrix (the token embeddings
+// when tied; untied embeddings stay Q2_K), Q4_K for the value projections
+// when four or more query heads share each key/value head and Q3_K when
+// fewer, Q3_K for the feed-forward down and attention output projections
+// of every layer, and Q2_K for every other matrix. The fallbacks of
+// WriteGGUF apply to rows that are not a multiple of 256.
+func WriteGGUFQ2K(w io.Writer, m *Model) error {
+	value := tensor.Q3_K
+	if c := &m.Config; c.KVHeads > 0 && c.Heads/c.KVHeads >= 4 {
+		value = tensor.Q4_K // llama.cpp's n_gqa() >= 4: integer division, as here
+	}
+	output := outputName(m)
+	return write(w, m, Q2KFileType, func(name string) tensor.DType {
+		if name == output {
+			return tensor.Q6_K
+		}
+		switch _, kind := layerTensor(name); kind {
+		case "attn_v.weight":
+			return value
+		case "ffn_down.weight", "attn_output.weight":
+			return tensor.Q3_K
+		}
+		return tensor.Q2_K
 	})
 }
 
@@ -180,10 +217,9 @@ func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType
 // fallbackType is the type WriteGGUF writes a tensor of the given shape in
 // when asked for t: F32 for vectors, t when the rows hold whole blocks of
 // t, else for a K-quant whose rows hold whole 32-element blocks the type
-// llama.cpp's quantizer substitutes (Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0
-// for Q6_K), else F16. For Q2_K and Q3_K current llama.cpp substitutes
-// IQ4_NL, which Bulkhead cannot compute; they get Q5_0, what llama.cpp
-// substituted for them (as for Q4_K) before IQ4_NL existed.
+// llama.cpp's quantizer substitutes (tensor_type_fallback in
+// src/llama-quant.cpp: Q4_0 for Q2_K and Q3_K, Q5_0 for Q4_K, Q5_1 for
+// Q5_K, Q8_0 for Q6_K), else F16.
 func fallbackType(t tensor.DType, shape []int) tensor.DType {
 	switch {
 	case len(shape) < 2:
@@ -192,7 +228,9 @@ func fallbackType(t tensor.DType, shape []int) tensor.DType {
 		return t
 	case shape[0]%32 != 0:
 		return tensor.F16
-	case t == tensor.Q2_K, t == tensor.Q3_K, t == tensor.Q4_K:
+	case t == tensor.Q2_K, t == tensor.Q3_K:
+		return tensor.Q4_0
+	case t == tensor.Q4_K:
 		return tensor.Q5_0
 	case t == tensor.Q5_K:
 		return tensor.Q5_1
