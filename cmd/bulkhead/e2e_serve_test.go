@@ -74,7 +74,21 @@ func apiStatus(err error) int {
 // TestServeGolden: the reference completions, through a real server and
 // the official client.
 func TestServeGolden(t *testing.T) {
-	p := startServe(t, 64)
+	t.Run("f32 cache", func(t *testing.T) { serveGolden(t, startServe(t, 64)) })
+	// kv.memory instead of kv.pages, and an f16 cache: the golden text is
+	// the same on the shipped model (TestF16KVTracksF32 shows the cache
+	// really rounds), and /metrics reports the pool's f16 bytes.
+	t.Run("f16 cache sized by memory", func(t *testing.T) {
+		y := strings.Replace(fmt.Sprintf(e2eConfig, 64), "  pages: 64\n", "  memory: 1MiB\n  dtype: f16\n", 1)
+		p := startBulkhead(t, "serve", "--config", writeConfig(t, y))
+		serveGolden(t, p)
+		if b := p.metric(t, "bulkhead_kv_pool_bytes", `dtype="f16"`); b <= 0 || b > 1<<20 {
+			t.Fatalf("bulkhead_kv_pool_bytes{dtype=f16} = %v; want a pool of at most 1 MiB", b)
+		}
+	})
+}
+
+func serveGolden(t *testing.T, p *process) {
 	c := p.client(tenantKeys["acme"])
 	for _, g := range loadGolden(t) {
 		if len(g.PromptTokens)+g.MaxTokens+1 > 256 {
