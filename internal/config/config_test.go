@@ -248,3 +248,22 @@ func FuzzParseBytes(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParse: any file gives a configuration or an error, never a panic.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"", "context_len: 512\nkv:\n  page_size: 16\n  pages: 512\n",
+		"kv:\n  memory: 2GiB\n  dtype: f16\n",
+		"tenants:\n  - name: acme\n    api_keys: [\"sk-acme-0123456789\"]\n    max_kv_pages: 4\n",
+		"peers:\n  auth: mtls\n  prefill: [a:1]\n  decode: [b:2]\n",
+		"a: &x [*x]\n", "---\n---\n", "kv: {pages: -1}\n", "context_len: 1e99\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err == nil && c == nil {
+			t.Fatal("Parse returned neither a configuration nor an error")
+		}
+	})
+}
