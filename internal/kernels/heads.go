@@ -17,10 +17,8 @@ func HeadScores(out []float32, outStride int, q []float32, hd int, k []float32, 
 	if nh == 0 || rows == 0 {
 		return
 	}
-	checkHeads("HeadScores", nh, hd, len(q), k, stride, koff, rows)
-	if (nh-1)*outStride+rows > len(out) || outStride < rows {
-		panic(fmt.Sprintf("kernels: HeadScores of %d heads x %d rows at out stride %d needs %d floats, got %d", nh, rows, outStride, (nh-1)*outStride+rows, len(out)))
-	}
+	checkHeads("HeadScores", "floats", nh, hd, len(q), len(k), stride, koff, rows)
+	checkHeadRows("HeadScores", "out", nh, rows, outStride, len(out))
 	if hd == 0 {
 		for h := 0; h < nh; h++ {
 			clear(out[h*outStride : h*outStride+rows])
@@ -47,10 +45,8 @@ func HeadAccum(o []float32, hd int, w []float32, wStride int, v []float32, strid
 	if nh == 0 || rows == 0 || hd == 0 {
 		return
 	}
-	checkHeads("HeadAccum", nh, hd, len(o), v, stride, voff, rows)
-	if (nh-1)*wStride+rows > len(w) || wStride < rows {
-		panic(fmt.Sprintf("kernels: HeadAccum of %d heads x %d rows at weight stride %d needs %d weights, got %d", nh, rows, wStride, (nh-1)*wStride+rows, len(w)))
-	}
+	checkHeads("HeadAccum", "floats", nh, hd, len(o), len(v), stride, voff, rows)
+	checkHeadRows("HeadAccum", "weight", nh, rows, wStride, len(w))
 	if useSIMD {
 		headAccumSIMD(o, hd, w, wStride, v, stride, voff, rows)
 		return
@@ -64,15 +60,24 @@ func HeadAccum(o []float32, hd int, w []float32, wStride int, v []float32, strid
 }
 
 // checkHeads panics unless nh heads of hd floats fit in the per-head
-// slice (q or o) and every head's slice of every row lies inside kv: the
+// slice (q or o) and every head's slice of every row lies inside the
+// kvLen-element cache (unit names its elements in the message): the
 // assembly must never read or write past a slice.
-func checkHeads(op string, nh, hd, perHead int, kv []float32, stride int, off []int32, rows int) {
+func checkHeads(op, unit string, nh, hd, perHead, kvLen, stride int, off []int32, rows int) {
 	if nh*hd > perHead {
 		panic(fmt.Sprintf("kernels: %s of %d heads of %d floats needs %d, got %d", op, nh, hd, nh*hd, perHead))
 	}
 	for h, o := range off {
-		if o < 0 || int(o)+hd > stride || (rows-1)*stride+int(o)+hd > len(kv) {
-			panic(fmt.Sprintf("kernels: %s head %d at offset %d (+%d) of %d rows at stride %d does not fit %d floats", op, h, o, hd, rows, stride, len(kv)))
+		if o < 0 || int(o)+hd > stride || (rows-1)*stride+int(o)+hd > kvLen {
+			panic(fmt.Sprintf("kernels: %s head %d at offset %d (+%d) of %d rows at stride %d does not fit %d %s", op, h, o, hd, rows, stride, kvLen, unit))
 		}
+	}
+}
+
+// checkHeadRows panics unless nh heads' rows of scores or weights, one
+// head every stride floats, fit in n.
+func checkHeadRows(op, what string, nh, rows, stride, n int) {
+	if (nh-1)*stride+rows > n || stride < rows {
+		panic(fmt.Sprintf("kernels: %s of %d heads x %d rows at %s stride %d needs %d floats, got %d", op, nh, rows, what, stride, (nh-1)*stride+rows, n))
 	}
 }

@@ -22,10 +22,8 @@ func HeadScoresF16(out []float32, outStride int, q []float32, hd int, k []uint16
 	if nh == 0 || rows == 0 {
 		return
 	}
-	checkHeadsF16("HeadScoresF16", nh, hd, len(q), len(k), stride, koff, rows)
-	if (nh-1)*outStride+rows > len(out) || outStride < rows {
-		panic(fmt.Sprintf("kernels: HeadScoresF16 of %d heads x %d rows at out stride %d needs %d floats, got %d", nh, rows, outStride, (nh-1)*outStride+rows, len(out)))
-	}
+	checkHeads("HeadScoresF16", "halves", nh, hd, len(q), len(k), stride, koff, rows)
+	checkHeadRows("HeadScoresF16", "out", nh, rows, outStride, len(out))
 	if hd == 0 {
 		for h := 0; h < nh; h++ {
 			clear(out[h*outStride : h*outStride+rows])
@@ -45,10 +43,8 @@ func HeadAccumF16(o []float32, hd int, w []float32, wStride int, v []uint16, str
 	if nh == 0 || rows == 0 || hd == 0 {
 		return
 	}
-	checkHeadsF16("HeadAccumF16", nh, hd, len(o), len(v), stride, voff, rows)
-	if (nh-1)*wStride+rows > len(w) || wStride < rows {
-		panic(fmt.Sprintf("kernels: HeadAccumF16 of %d heads x %d rows at weight stride %d needs %d weights, got %d", nh, rows, wStride, (nh-1)*wStride+rows, len(w)))
-	}
+	checkHeads("HeadAccumF16", "halves", nh, hd, len(o), len(v), stride, voff, rows)
+	checkHeadRows("HeadAccumF16", "weight", nh, rows, wStride, len(w))
 	if useSIMD {
 		headAccumF16SIMD(o, hd, w, wStride, v, stride, voff, rows)
 		return
@@ -86,21 +82,6 @@ func FromF16(dst []float32, src []uint16) {
 	}
 	for ; i < len(src); i++ {
 		dst[i] = f16ToF32(src[i])
-	}
-}
-
-// checkHeadsF16 is checkHeads for a cache of kvLen halves: it panics
-// unless nh heads of hd floats fit in the per-head slice (q or o) and
-// every head's slice of every row lies inside the cache, before any
-// assembly touches memory.
-func checkHeadsF16(op string, nh, hd, perHead, kvLen, stride int, off []int32, rows int) {
-	if nh*hd > perHead {
-		panic(fmt.Sprintf("kernels: %s of %d heads of %d floats needs %d, got %d", op, nh, hd, nh*hd, perHead))
-	}
-	for h, o := range off {
-		if o < 0 || int(o)+hd > stride || (rows-1)*stride+int(o)+hd > kvLen {
-			panic(fmt.Sprintf("kernels: %s head %d at offset %d (+%d) of %d rows at stride %d does not fit %d halves", op, h, o, hd, rows, stride, kvLen))
-		}
 	}
 }
 
