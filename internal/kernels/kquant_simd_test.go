@@ -74,15 +74,7 @@ func kqWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
 				}
 				clear(b[16:])
 			case 3: // every scale 0 and min 63, or the reverse
-				sc, m := byte(0), byte(63)
-				if rng.IntN(2) == 0 {
-					sc, m = m, sc
-				}
-				for j := 0; j < 4; j++ {
-					b[4+j] = sc | (sc>>4)<<6
-					b[8+j] = m | (m>>4)<<6
-					b[12+j] = sc&0x0f | (m&0x0f)<<4
-				}
+				kqSetScales(b, rng.IntN(2) == 0)
 			}
 			binary.LittleEndian.PutUint16(b[0:], kqF16(rng))
 			binary.LittleEndian.PutUint16(b[2:], kqF16(rng))
@@ -275,5 +267,19 @@ func BenchmarkKQuantMatVec(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// kqSetScales packs every sub-block's 6-bit scale as 0 and min as 63 into
+// a Q4_K or Q5_K block header (bytes 4..16), or the reverse when swap.
+func kqSetScales(b []byte, swap bool) {
+	sc, m := byte(0), byte(63)
+	if swap {
+		sc, m = m, sc
+	}
+	for j := 0; j < 4; j++ {
+		b[4+j] = sc | (sc>>4)<<6
+		b[8+j] = m | (m>>4)<<6
+		b[12+j] = sc&0x0f | (m&0x0f)<<4
 	}
 }

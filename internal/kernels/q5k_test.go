@@ -116,15 +116,7 @@ func q5kWeights(rng *rand.Rand, rows, cols int) *Matrix {
 			}
 			clear(b[16:])
 		case 3: // every scale 0 and min 63, or the reverse
-			sc, m := byte(0), byte(63)
-			if rng.IntN(2) == 0 {
-				sc, m = m, sc
-			}
-			for j := 0; j < 4; j++ {
-				b[4+j] = sc | (sc>>4)<<6
-				b[8+j] = m | (m>>4)<<6
-				b[12+j] = sc&0x0f | (m&0x0f)<<4
-			}
+			kqSetScales(b, rng.IntN(2) == 0)
 		case 4: // fifth bits all set or all clear, low bits random
 			v := byte(0)
 			if rng.IntN(2) == 0 {
