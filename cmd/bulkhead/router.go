@@ -18,7 +18,6 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
-	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/router"
 	"github.com/bulkhead-llm/bulkhead/internal/server"
@@ -88,11 +87,7 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 		return err
 	}
 	defer m.Close()
-	kvt, err := model.ParseKVType(cfg.KV.DType)
-	if err != nil {
-		return fmt.Errorf("router: kv.dtype: %w", err)
-	}
-	if err := cfg.Resolve(m.Config.ContextLen, m.Config.KVBytesPerToken(kvt)); err != nil {
+	if _, err := server.Resolve(cfg, m); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 	met := metrics.New()

@@ -85,18 +85,27 @@ func LoadModel(cfg *config.Config) (*model.Model, error) {
 	return m, nil
 }
 
-// Preflight resolves cfg against model m and checks that the deployment
-// can keep its promises: one full-context request must fit in the KV pool,
-// and the limits must be consistent. It changes cfg (defaults resolved).
-func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
+// Resolve applies cfg's defaults against model m and returns the KV
+// element type: kv.dtype, which m's KV layout must be able to hold, then
+// config.Resolve with m's context and KV bytes per token at that type
+// (what kv.memory is divided by). It changes cfg.
+func Resolve(cfg *config.Config, m *model.Model) (model.KVType, error) {
 	kvt, err := model.ParseKVType(cfg.KV.DType)
 	if err == nil {
 		err = model.CheckKVLayout(kvt, m.Config.KVDim())
 	}
 	if err != nil {
-		return Plan{}, fmt.Errorf("preflight: kv.dtype: %w", err)
+		return 0, fmt.Errorf("kv.dtype: %w", err)
 	}
-	if err := cfg.Resolve(m.Config.ContextLen, m.Config.KVBytesPerToken(kvt)); err != nil {
+	return kvt, cfg.Resolve(m.Config.ContextLen, m.Config.KVBytesPerToken(kvt))
+}
+
+// Preflight resolves cfg against model m and checks that the deployment
+// can keep its promises: one full-context request must fit in the KV pool,
+// and the limits must be consistent. It changes cfg (defaults resolved).
+func Preflight(cfg *config.Config, m *model.Model) (Plan, error) {
+	kvt, err := Resolve(cfg, m)
+	if err != nil {
 		return Plan{}, fmt.Errorf("preflight: %w", err)
 	}
 	lim := Limits(cfg)
