@@ -14,9 +14,10 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
-// Protocol is the control protocol version; peers with different versions
-// refuse each other at handshake.
-const Protocol = 1
+// Protocol is the version of the peer protocols, control and KV transfer
+// together; peers with different versions refuse each other at
+// handshake. 2: OPEN carries the sender's window.
+const Protocol = 2
 
 // Paths served by prefill and decode servers. Every request must carry the
 // peer credentials (mutual TLS, or the pre-shared key as a bearer token).

@@ -80,7 +80,8 @@ type Frame struct {
 	Type Type
 	ID   ID
 
-	// OPEN: Tenant, Tokens, Layers, KVDim. RESERVE: Tenant, Tokens, MaxNew.
+	// OPEN: Tenant, Tokens, Layers, KVDim, Window. RESERVE: Tenant,
+	// Tokens, MaxNew.
 	// COMMIT: Tokens.
 	Tenant string
 	Tokens uint32
@@ -88,7 +89,9 @@ type Frame struct {
 	Layers uint16
 	KVDim  uint32
 
-	// HELLO: the receiver's window and frame limit.
+	// HELLO: the receiver's window and frame limit. OPEN: the sender's
+	// window, so that the receiver knows the agreed one (the smaller) and
+	// can credit in steps of half of it.
 	Window        uint32
 	MaxFrameBytes uint32
 
@@ -224,7 +227,7 @@ func (f *Frame) Size() int { return Overhead + f.bodyLen() }
 func (f *Frame) bodyLen() int {
 	switch f.Type {
 	case TypeOpen:
-		return 10 + 2 + len(f.Tenant)
+		return 14 + 2 + len(f.Tenant)
 	case TypeHello:
 		return 8
 	case TypeData:
@@ -293,6 +296,7 @@ func (f *Frame) appendHead(dst []byte, maxBytes int) ([]byte, error) {
 		dst = le.AppendUint32(dst, f.Tokens)
 		dst = le.AppendUint16(dst, f.Layers)
 		dst = le.AppendUint32(dst, f.KVDim)
+		dst = le.AppendUint32(dst, f.Window)
 		dst = appendString(dst, f.Tenant)
 	case TypeHello:
 		dst = le.AppendUint32(dst, f.Window)
@@ -489,7 +493,7 @@ func decodeChecked(h *header, b []byte, got uint32) (*Frame, error) {
 	d := decoder{b: b[HeaderSize:end]}
 	switch f.Type {
 	case TypeOpen:
-		f.Tokens, f.Layers, f.KVDim = d.u32(), d.u16(), d.u32()
+		f.Tokens, f.Layers, f.KVDim, f.Window = d.u32(), d.u16(), d.u32(), d.u32()
 		f.Tenant = d.str()
 	case TypeHello:
 		f.Window, f.MaxFrameBytes = d.u32(), d.u32()

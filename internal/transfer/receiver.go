@@ -56,6 +56,9 @@ type Receiver struct {
 	covered int
 	seqs    map[uint32]frameKey
 	credit  uint32 // every seq below it has been received
+	// credited is the credit last sent; every is how far credit must get
+	// past it before the next CREDIT goes out (creditStep).
+	credited, every uint32
 
 	writes    map[uint32]bool // WriteKV issued, WriteDone not yet seen
 	digesting bool
@@ -237,6 +240,7 @@ func (r *Receiver) open(out []Action, peer uint64, f *Frame) []Action {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "sender layout %d layers x %d kvdim, decode has %d x %d",
 			f.Layers, f.KVDim, r.res.Layers, r.res.KVDim), true)
 	}
+	r.every = creditStep(r.res.Window, int(f.Window))
 	r.cover = make([]uint32, r.res.Tokens*r.res.Layers)
 	r.rb = newReadBack(r.res.Tokens, r.res.Layers, r.res.KVDim)
 	return append(out, hello)
@@ -300,13 +304,32 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	for _, ok := r.seqs[r.credit]; ok; _, ok = r.seqs[r.credit] {
 		r.credit++
 	}
-	if r.credit != old {
+	if r.credit != old && r.credit-r.credited >= r.every {
 		out = append(out, r.creditFrame())
 	}
 	return r.settle(out)
 }
 
+// creditStep is how many frames the receiver lets arrive between
+// CREDITs: half the window both sides agreed on (the smaller of the
+// reservation's and the sender's, from OPEN), at least 1. A CREDIT is a
+// frame, a write and, on loopback, the whole receive path run in the
+// writer's system call: one per DATA frame cost a tenth of a transfer's
+// time. Half the window is as far as it goes without stalling the
+// sender: a sender with its whole window in flight has sent credit +
+// window frames, and once they arrive the receiver's credit is at least
+// step past the last one it sent, so the next CREDIT is already on its
+// way (docs/transfer-protocol.md).
+func creditStep(reserved, sender int) uint32 {
+	w := reserved
+	if sender > 0 && sender < w {
+		w = sender
+	}
+	return uint32(max(1, w/2))
+}
+
 func (r *Receiver) creditFrame() SendFrame {
+	r.credited = r.credit
 	return SendFrame{Peer: r.peer, Frame: &Frame{Type: TypeCredit, ID: r.res.ID, Credit: r.credit}}
 }
 

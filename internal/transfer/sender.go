@@ -464,7 +464,7 @@ func (s *Sender) checksum(f *Frame, pieces [][]byte, tf, tt, lf, lt int) {
 
 func (s *Sender) openFrame() *Frame {
 	return &Frame{Type: TypeOpen, ID: s.cfg.ID, Tenant: s.cfg.Tenant, Tokens: uint32(s.cfg.Tokens),
-		Layers: uint16(s.cfg.Layers), KVDim: uint32(s.cfg.KVDim)}
+		Layers: uint16(s.cfg.Layers), KVDim: uint32(s.cfg.KVDim), Window: uint32(s.window)}
 }
 
 func (s *Sender) send(f *Frame) Action { return SendFrame{Frame: f} }

@@ -66,8 +66,9 @@ func newWorld(seed uint64) *world {
 	w := &world{
 		seed: seed, sc: sc, rng: rng, end: 30 * time.Second,
 		layers: 2 + rng.IntN(2), kvdim: []int{32, 96}[rng.IntN(2)],
-		maxFrame: []int{MinMaxFrameBytes, 2048, 4096}[rng.IntN(3)], window: []int{1, 2, 4}[rng.IntN(3)],
-		retry: 50 * time.Millisecond, lease: 2 * time.Second,
+		maxFrame: []int{MinMaxFrameBytes, 2048, 4096}[rng.IntN(3)], window: []int{1, 2, 4, 8}[rng.IntN(4)],
+		sendWindow: []int{1, 2, 3, 4, 8}[rng.IntN(5)],
+		retry:      50 * time.Millisecond, lease: 2 * time.Second,
 		table: NewTable(TableConfig{}), byID: map[ID]*simXfer{}, byPeer: map[uint64]*simXfer{}, nextPeer: routerPeer + 1,
 	}
 	switch sc {
@@ -179,7 +180,7 @@ func (w *world) setup(x *simXfer) {
 	x.dp = newInjector(spec)
 	s, err := NewSender(SenderConfig{ID: x.sendID, Tenant: x.tenant, Tokens: x.sendN, MaxTokens: x.pLimit,
 		Layers: w.layers, KVDim: w.kvdim, FirstToken: int32(x.idx), Source: x.lease,
-		MaxFrameBytes: w.maxFrame, Window: w.window, Lease: w.lease, Retry: w.retry})
+		MaxFrameBytes: w.maxFrame, Window: w.sendWindow, Lease: w.lease, Retry: w.retry})
 	if err != nil {
 		panic(err)
 	}
@@ -367,6 +368,11 @@ func (w *world) expect() error {
 				x.idx, x.sendN, x.pLimit, CodeTooLong, x.pFrames, x.dReady, x.pErr)
 		case (w.sc == scClean || (w.sc == scLimits && !overLimit)) && !(x.dReady && x.pDone):
 			return fmt.Errorf("x%d: fault-free transfer did not succeed: decode %v, prefill %v", x.idx, x.dErr, x.pErr)
+		case w.sc == scClean && x.pResent > 0:
+			// Nothing was lost, so a resend means the sender sat out a
+			// retry interval: credit that never came (windows %d and %d).
+			return fmt.Errorf("x%d: fault-free transfer resent %d DATA frames (decode window %d, prefill window %d)",
+				x.idx, x.pResent, w.window, w.sendWindow)
 		case w.sc == scCountBug && (x.dReady || x.dErr == nil || x.dErr.Code != CodeCount):
 			return fmt.Errorf("x%d: sender told %d tokens for a reservation of %d: decode ready=%v err=%v", x.idx, x.sendN, x.n, x.dReady, x.dErr)
 		case w.sc == scOverlap && x.dReady:

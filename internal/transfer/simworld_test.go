@@ -82,6 +82,8 @@ type simXfer struct {
 	pErr         *errkind.Error
 	pFailAbort   bool // P's failure came from decode's ABORT
 	pFrames      int
+	pSent        map[uint32]bool // DATA seqs sent
+	pResent      int             // DATA frames sent again
 	clientGone   bool
 	cancelSent   bool
 	cancelAcked  bool
@@ -102,7 +104,8 @@ type world struct {
 	nseq          int
 	layers, kvdim int
 	maxFrame      int
-	window        int
+	window        int // decode's (the reservation's)
+	sendWindow    int // prefill's; the transfer uses the smaller
 	retry, lease  time.Duration
 	spec          FaultSpec
 	pPool, dPool  *kv.Pool
@@ -359,6 +362,15 @@ func (w *world) pActs(x *simXfer, acts []Action) {
 		switch a := a.(type) {
 		case SendFrame:
 			x.pFrames++
+			if a.Frame.Type == TypeData {
+				if x.pSent == nil {
+					x.pSent = map[uint32]bool{}
+				}
+				if x.pSent[a.Frame.Seq] {
+					x.pResent++
+				}
+				x.pSent[a.Frame.Seq] = true
+			}
 			w.logf("x%d P -> %v seq=%d", x.idx, a.Frame.Type, a.Frame.Seq)
 			w.transmit(x, true, a.Frame)
 			if f := a.Frame; w.sc == scOverlap && f.Type == TypeData && f.Seq == 0 && x.pFrames <= 2 {
