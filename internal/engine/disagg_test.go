@@ -2,10 +2,14 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
@@ -76,6 +80,58 @@ func TestPrefillHandoffThenDecode(t *testing.T) {
 			t.Errorf("%s pool after the requests: %+v", name, st)
 		}
 	}
+}
+
+// TestPrefillKeepsSums: in a pool that keeps checksums (a prefill
+// server's), the forward pass seals every vector it writes, through
+// chunked prefill, so the handoff's lease reports the CRC32C of each K and
+// V vector of the prompt, in both cache types, and the transfer never
+// reads the KV to checksum it.
+func TestPrefillKeepsSums(t *testing.T) {
+	m := stories(t)
+	c := &m.Config
+	for _, kvt := range []model.KVType{model.KVF32, model.KVF16} {
+		pc := kv.ConfigFor(c, 32, 16)
+		pc.Type, pc.Checksums = kvt, true
+		pre := startEnginePool(t, m, pc, Config{BatchTokens: 16, MaxRunning: 4})
+		prompt := m.Tokenizer.Encode("Lily and Tom went to the park. They saw a big dog that ran after a red ball", true)
+		a := admit(t, pre.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: 8})
+		st, err := pre.e.Prefill(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, res, err := collect(context.Background(), st)
+		if err != nil || res.Err != nil || res.Handoff == nil {
+			t.Fatalf("prefill: %+v, %v", res, err)
+		}
+		h, n, w := res.Handoff, len(prompt), pc.RowWords()
+		kd, vd := make([]float32, n*w), make([]float32, n*w)
+		ks, vs := make([]uint32, n), make([]uint32, n)
+		for l := range c.Layers {
+			if !h.Lease.Sums(l, 0, n, ks, vs) {
+				t.Fatalf("%v: layer %d of the prompt was not sealed", kvt, l)
+			}
+			if err := h.Lease.ReadTokens(l, 0, n, kd, vd); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if ks[i] != crc32c(kd[i*w:(i+1)*w]) || vs[i] != crc32c(vd[i*w:(i+1)*w]) {
+					t.Fatalf("%v: layer %d token %d: kept checksum is not its vector's", kvt, l, i)
+				}
+			}
+		}
+		h.Lease.Release()
+		waitIdle(t, pre)
+	}
+}
+
+// crc32c is the CRC32C of f's words, little-endian.
+func crc32c(f []float32) uint32 {
+	b := make([]byte, 4*len(f))
+	for i, x := range f {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))
 }
 
 // TestSubmitPrefilledRefusesShortKV: a sequence that does not hold the

@@ -49,6 +49,13 @@ func startEngineKV(t testing.TB, m *model.Model, pages, pageSize int, kvt model.
 	t.Helper()
 	pc := kv.ConfigFor(&m.Config, pages, pageSize)
 	pc.Scrub, pc.Type = kv.ScrubPoison, kvt
+	return startEnginePool(t, m, pc, cfg, setup...)
+}
+
+// startEnginePool is startEngine over a pool made with pc.
+func startEnginePool(t testing.TB, m *model.Model, pc kv.PoolConfig, cfg Config, setup ...func(*kv.Pool, *Config)) *harness {
+	t.Helper()
+	pages, pageSize := pc.Pages, pc.PageSize
 	pool, err := kv.NewPool(pc)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,11 @@
 // an error wrapping ErrOwnership, counts a violation (Stats.Violations,
 // which must stay zero) and returns no data.
 //
+// A pool made with Checksums also keeps the CRC32C of every stored K and V
+// vector from when it was written (sums.go), for a prefill server's KV
+// transfer; it forgets a vector's checksum when the vector is lent for
+// writing and a page's when the page is freed.
+//
 // What kv must never do:
 //   - hand a page's floats to anyone but the sequence (or the lease taken
 //     from it) whose table entry matches the page's current tag;
@@ -30,7 +35,9 @@
 //   - put a page on the free list unscrubbed, unless ScrubOff was chosen
 //     explicitly to measure the cost of scrubbing;
 //   - let a sequence write into a shared page, or read a position that was
-//     never written for it.
+//     never written for it;
+//   - report a kept checksum (Lease.Sums) for a vector that has been lent
+//     for writing since it was sealed, or that lies in a page freed since.
 //
 // Concurrency: every method of Pool, Seq and Lease takes the pool's mutex,
 // so Stats and Violations may be read from any goroutine. The engine is

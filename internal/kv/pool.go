@@ -29,6 +29,12 @@ type PoolConfig struct {
 	// reaches it, and serving never sets it.
 	SkipOwnerChecks bool
 
+	// Checksums keeps a CRC32C of every stored K and V vector from when
+	// it was written (sums.go): a prefill server's pool, whose KV the
+	// transfer then never reads to checksum it. It costs 8 bytes per
+	// (token, layer) and a pass over each vector while it is in cache.
+	Checksums bool
+
 	// TenantPages caps the pages a tenant's tags may hold at once, pages
 	// still draining a lease included. Tenants not listed are unlimited.
 	TenantPages map[string]int
@@ -118,6 +124,11 @@ type Pool struct {
 	scrubs     uint64
 	allocs     uint64
 	leases     int
+
+	// With Checksums: per cell (Pool.cell), the CRC32C of K and of V
+	// (sums[2c], sums[2c+1]), valid where sealed has the cell's bit.
+	sums   []uint32
+	sealed []uint64
 }
 
 // NewPool allocates the pool's memory: 2 × Pages × PageSize × Layers × KVDim
@@ -153,6 +164,10 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		pages:     make([]page, cfg.Pages),
 		free:      make([]int32, cfg.Pages),
 		tenantIDs: map[string]uint32{},
+	}
+	if cfg.Checksums {
+		cells := cfg.Pages * cfg.Layers * cfg.PageSize
+		p.sums, p.sealed = make([]uint32, 2*cells), make([]uint64, (cells+63)/64)
 	}
 	for i := range p.free {
 		// Highest index at the bottom, so allocation starts at page 0.
@@ -237,6 +252,7 @@ func (p *Pool) drop(i int32, pin bool) {
 		return
 	}
 	p.scrubPage(int(i), pg)
+	p.unsealPage(i)
 	p.tenantUsed[pg.tag.tenant]--
 	// The generation moves on now, not at the next allocation, so that any
 	// stale table entry fails its check even while the page sits free.

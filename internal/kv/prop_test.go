@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"hash/crc32"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/model"
@@ -218,6 +219,12 @@ func (m *machine) write(t *rapid.T) {
 				copy(sk, k[i*pmKVDim:])
 				copy(sv, v[i*pmKVDim:])
 				ms.stamps[layer][from+i] = stamps[i]
+			}
+			// The forward pass seals what it wrote, but a write may also
+			// stop short of it (a failed step): both must leave every
+			// kept checksum true (invariant 9).
+			if err == nil && rapid.Bool().Draw(t, "seal") {
+				err = ms.s.Seal(layer, from, to)
 			}
 		} else if err = ms.s.WriteTokens(layer, from, to, k, v); err == nil {
 			for i := range stamps {
@@ -503,6 +510,34 @@ func (m *machine) check(t *rapid.T) {
 	if st.TenantPages["B"] > pmQuotaB {
 		t.Fatalf("invariant 8: tenant B holds %d pages, quota %d", st.TenantPages["B"], pmQuotaB)
 	}
+	m.checkSums(t, onFree)
+}
+
+// checkSums is invariant 9, for a pool with Checksums: every checksum
+// the pool holds as valid is the CRC32C of its vector's words as they are
+// now, and a free page holds none.
+func (m *machine) checkSums(t *rapid.T, onFree map[int32]bool) {
+	p := m.p
+	if p.sealed == nil {
+		return
+	}
+	for i := range int32(p.cfg.Pages) {
+		for l := range p.cfg.Layers {
+			for slot := range p.cfg.PageSize {
+				c := p.cell(i, l, slot)
+				if p.sealed[c>>6]&(1<<(c&63)) == 0 {
+					continue
+				}
+				if onFree[i] {
+					t.Fatalf("invariant 9: free page %d still holds the checksum of layer %d slot %d", i, l, slot)
+				}
+				k, v := p.span(i, l, slot, slot+1)
+				if p.sums[2*c] != crc32.Checksum(wordBytes(k), castagnoli) || p.sums[2*c+1] != crc32.Checksum(wordBytes(v), castagnoli) {
+					t.Fatalf("invariant 9: page %d layer %d slot %d: kept checksum does not match its vector", i, l, slot)
+				}
+			}
+		}
+	}
 }
 
 func TestPoolStateMachine(t *testing.T) {
@@ -513,13 +548,18 @@ func TestPoolStateMachine(t *testing.T) {
 		mode  ScrubMode
 		typ   model.KVType
 		kvDim int
+		sums  bool
 	}
-	for _, vr := range []variant{{ScrubPoison, model.KVF32, pmKVDim}, {ScrubZero, model.KVF32, pmKVDim}, {ScrubPoison, model.KVF16, 2 * pmKVDim}} {
+	for _, vr := range []variant{{ScrubPoison, model.KVF32, pmKVDim, false}, {ScrubZero, model.KVF32, pmKVDim, true}, {ScrubPoison, model.KVF16, 2 * pmKVDim, true}} {
 		mode := vr.mode
-		t.Run(mode.String()+"/"+vr.typ.String(), func(t *testing.T) {
+		name := mode.String() + "/" + vr.typ.String()
+		if vr.sums {
+			name += "/checksums"
+		}
+		t.Run(name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				p, err := NewPool(PoolConfig{Pages: pmPages, PageSize: pmPageSize, Layers: pmLayers, KVDim: vr.kvDim, Type: vr.typ,
-					Scrub: mode, TenantPages: map[string]int{"B": pmQuotaB}})
+					Scrub: mode, TenantPages: map[string]int{"B": pmQuotaB}, Checksums: vr.sums})
 				if err != nil {
 					t.Fatal(err)
 				}

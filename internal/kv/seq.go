@@ -213,6 +213,7 @@ func (s *Seq) Slot(layer, pos int) (k, v []float32, err error) {
 	}
 	s.markWritten(layer, pos, pos+1)
 	off := pos % p.cfg.PageSize
+	p.unseal(e.page, layer, off) // until Seal: the caller is about to write it
 	k, v = p.span(e.page, layer, off, off+1)
 	return k, v, nil
 }
@@ -261,14 +262,8 @@ func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, e
 	if err := s.checkLayer(layer); err != nil {
 		return dst, err
 	}
-	if from < 0 || from > to || to > len(s.table)*p.cfg.PageSize {
-		return dst, fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, len(s.table)*p.cfg.PageSize)
-	}
-	bits := s.written[layer]
-	for pos := max(from, s.filled[layer]); pos < to; pos++ {
-		if bits[pos>>6]&(1<<(pos&63)) == 0 {
-			return dst, fmt.Errorf("%w: position %d of layer %d was never written", ErrRange, pos, layer)
-		}
+	if err := s.checkWritten(layer, from, to); err != nil {
+		return dst, err
 	}
 	if err := p.checkRange(s.table, from, to); err != nil {
 		return dst, err
@@ -282,6 +277,22 @@ func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, e
 		pos = end
 	}
 	return dst, nil
+}
+
+// checkWritten checks that positions [from, to) of layer lie in the
+// table and were all written. The caller holds mu.
+func (s *Seq) checkWritten(layer, from, to int) error {
+	p := s.pool
+	if from < 0 || from > to || to > len(s.table)*p.cfg.PageSize {
+		return fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, len(s.table)*p.cfg.PageSize)
+	}
+	bits := s.written[layer]
+	for pos := max(from, s.filled[layer]); pos < to; pos++ {
+		if bits[pos>>6]&(1<<(pos&63)) == 0 {
+			return fmt.Errorf("%w: position %d of layer %d was never written", ErrRange, pos, layer)
+		}
+	}
+	return nil
 }
 
 // checkRange tag-checks every page of table that positions [from, to)
@@ -375,6 +386,9 @@ func (s *Seq) WriteTokens(layer, from, to int, k, v []float32) error {
 	}
 	p.copyTokens(s.table, layer, from, to, k, v, true)
 	s.markWritten(layer, from, to)
+	if p.sealed != nil {
+		p.seal(s.table, layer, from, to)
+	}
 	return nil
 }
 

@@ -34,6 +34,16 @@ type SeqCache interface {
 	Spans(dst []Span, layer, n int) ([]Span, error)
 }
 
+// KVSealer is a SeqCache that keeps a checksum of every stored key and
+// value vector (kv.Seq in a pool with Checksums, on a prefill server,
+// whose KV transfer then need not read the vectors again to checksum
+// them). Seal tells it that the forward pass has finished writing
+// positions [from, to) of layer, so it can take them while they are still
+// in cache.
+type KVSealer interface {
+	Seal(layer, from, to int) error
+}
+
 // DenseCache is a SeqCache over one contiguous buffer: the simplest storage,
 // used by `bulkhead generate` and as the reference that paged storage must
 // agree with bit for bit.

@@ -90,7 +90,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	}
 	s := &Server{Model: m, Metrics: metrics.New(), cfg: cfg, log: log, opts: opts, auth: auth, limits: lim,
 		active: map[transfer.ID]context.CancelFunc{}}
-	if s.Pool, err = server.NewPool(cfg, m, s.Metrics); err != nil {
+	if s.Pool, err = server.NewPool(cfg, m, s.Metrics, server.SealKV); err != nil {
 		m.Close()
 		return nil, err
 	}

@@ -17,11 +17,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// PoolOption adjusts the pool NewPool makes for one role.
+type PoolOption func(*kv.PoolConfig)
+
+// SealKV makes the pool keep the checksum of every KV vector from when it
+// is written (kv.PoolConfig.Checksums): a prefill server's, so that its
+// KV transfers need not read the KV to checksum it.
+func SealKV(c *kv.PoolConfig) { c.Checksums = true }
+
 // NewPool makes the KV pool the way serve does (scrub mode, tenant page
 // quotas) and registers the pool-level metrics serve registers, plus the
 // live lease count.
-func NewPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics) (*kv.Pool, error) {
+func NewPool(cfg *config.Config, m *model.Model, reg *metrics.Metrics, opts ...PoolOption) (*kv.Pool, error) {
 	pc := kv.ConfigFor(&m.Config, cfg.KV.Pages, cfg.KV.PageSize)
+	for _, o := range opts {
+		o(&pc)
+	}
 	var err error
 	if pc.Type, err = model.ParseKVType(cfg.KV.DType); err != nil {
 		return nil, err

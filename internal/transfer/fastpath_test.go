@@ -28,7 +28,14 @@ func (o readerOnly) ReadTokens(layer, from, to int, k, v []float32) error {
 // prompt spans several pages and ends inside one).
 func filledSeq(t *testing.T, n, layers, kvdim int, seed uint64) (*kv.Pool, *kv.Seq) {
 	t.Helper()
-	pool, err := kv.NewPool(kv.PoolConfig{Pages: 64, PageSize: 4, Layers: layers, KVDim: kvdim})
+	return filledSeqIn(t, kv.PoolConfig{Pages: 64, PageSize: 4, Layers: layers, KVDim: kvdim}, n, seed)
+}
+
+// filledSeqIn is filledSeq in a pool made with cfg.
+func filledSeqIn(t *testing.T, cfg kv.PoolConfig, n int, seed uint64) (*kv.Pool, *kv.Seq) {
+	t.Helper()
+	layers, kvdim := cfg.Layers, cfg.KVDim
+	pool, err := kv.NewPool(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

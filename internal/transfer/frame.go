@@ -246,7 +246,9 @@ func (f *Frame) bodyLen() int {
 
 // Encode appends the encoding of f to dst. It fails when f cannot be
 // encoded within maxBytes or a field is out of its wire range, so a frame
-// that Encode produced always decodes with the same limit.
+// that Encode produced always decodes with the same limit, unless it is
+// a DATA frame whose Sender's CRC no longer matches its payload (which
+// Encode sends as it is, for decode to refuse).
 func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
 	start := len(dst)
 	dst, err := f.appendHead(dst, maxBytes)
@@ -260,6 +262,13 @@ func (f *Frame) Encode(dst []byte, maxBytes int) ([]byte, error) {
 		dst = append(dst, f.Payload...)
 		for _, p := range f.vec {
 			dst = append(dst, p...)
+		}
+		if f.crcFrom == crcBuilt {
+			// The Sender's CRC goes out as the TCP writer sends it, even
+			// where it no longer matches the payload (a checksum kept
+			// from when the KV was written, of a vector changed since):
+			// decode is the one to refuse that frame.
+			return binary.LittleEndian.AppendUint32(dst, f.crc), nil
 		}
 	}
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
