@@ -197,7 +197,11 @@ func (m *machine) write(t *rapid.T) {
 		}
 		shared = shared || e.shared
 	}
-	viaSlot := rapid.Bool().Draw(t, "viaSlot")
+	// Three ways in: Slot per position (the forward pass), WriteTokens
+	// (a copy), WriteSpans (memory lent for a range, as the transfer
+	// copies into it).
+	via := rapid.IntRange(0, 2).Draw(t, "via")
+	viaSlot := via == 0
 	for _, layer := range layers {
 		k := make([]float32, (to-from)*pmKVDim)
 		v := make([]float32, len(k))
@@ -225,6 +229,19 @@ func (m *machine) write(t *rapid.T) {
 			// kept checksum true (invariant 9).
 			if err == nil && rapid.Bool().Draw(t, "seal") {
 				err = ms.s.Seal(layer, from, to)
+			}
+		} else if via == 2 {
+			var spans []model.Span
+			if spans, err = ms.s.WriteSpans(nil, layer, from, to); err == nil {
+				off := 0
+				for _, sp := range spans {
+					copy(sp.K, k[off:])
+					copy(sp.V, v[off:])
+					off += len(sp.K)
+				}
+				for i := range stamps {
+					ms.stamps[layer][from+i] = stamps[i]
+				}
 			}
 		} else if err = ms.s.WriteTokens(layer, from, to, k, v); err == nil {
 			for i := range stamps {

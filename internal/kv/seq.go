@@ -279,6 +279,46 @@ func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, e
 	return dst, nil
 }
 
+// WriteSpans appends one Span per page that positions [from, to) of layer
+// touch, each clipped to the range, for the caller to fill, and marks
+// the positions written: WriteTokens without the copy, for a writer that
+// copies in its own way (the KV transfer checksums each vector as it
+// copies it, with stores that skip the cache). Like Slot, it lends only
+// the sequence's own pages, never a shared prefix page (ErrReadOnly), and
+// a page whose tag does not match fails the call with nothing lent.
+func (s *Seq) WriteSpans(dst []model.Span, layer, from, to int) ([]model.Span, error) {
+	p := s.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := s.checkLayer(layer); err != nil {
+		return dst, err
+	}
+	ps := p.cfg.PageSize
+	if from < 0 || from > to || to > len(s.table)*ps {
+		return dst, fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, len(s.table)*ps)
+	}
+	for j := from / ps; j*ps < to; j++ {
+		if s.table[j].shared {
+			return dst, fmt.Errorf("%w: tokens [%d, %d) reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
+		}
+	}
+	if err := p.checkRange(s.table, from, to); err != nil {
+		return dst, err
+	}
+	for pos := from; pos < to; {
+		j := pos / ps
+		end := min(to, (j+1)*ps)
+		for q := pos; q < end; q++ {
+			p.unseal(s.table[j].page, layer, q-j*ps)
+		}
+		k, v := p.span(s.table[j].page, layer, pos-j*ps, end-j*ps)
+		dst = append(dst, model.Span{K: k, V: v, Type: p.cfg.Type})
+		pos = end
+	}
+	s.markWritten(layer, from, to)
+	return dst, nil
+}
+
 // checkWritten checks that positions [from, to) of layer lie in the
 // table and were all written. The caller holds mu.
 func (s *Seq) checkWritten(layer, from, to int) error {

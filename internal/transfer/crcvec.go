@@ -26,3 +26,24 @@ func crcVecs(dst []uint32, p []byte, vec int) int {
 	}
 	return n
 }
+
+// copyVecs copies p's whole vec-byte vectors (at most len(sums)) to dst,
+// setting sums[i] to the CRC32C of the i-th, and returns how many: one
+// pass where a copy and crcVecs over the copy would make two, and where
+// the CPU allows (crcCopy3), stores that do not read dst into the cache
+// first. dst must hold as many bytes as are copied.
+func copyVecs(dst []byte, sums []uint32, p []byte, vec int) int {
+	n := min(len(sums), len(p)/vec)
+	_ = dst[:n*vec]
+	i := 0
+	if haveCRC3 && vec%8 == 0 && vec >= 64 {
+		for ; i+3 <= n; i += 3 {
+			sums[i], sums[i+1], sums[i+2] = crcCopy3(&dst[i*vec], &p[i*vec], vec)
+		}
+	}
+	for ; i < n; i++ {
+		copy(dst[i*vec:(i+1)*vec], p[i*vec:(i+1)*vec])
+		sums[i] = crc32.Checksum(p[i*vec:(i+1)*vec], castagnoli)
+	}
+	return n
+}

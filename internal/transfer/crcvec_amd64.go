@@ -11,3 +11,9 @@ var haveCRC3 = cpu.X86.HasSSE42
 //
 //go:noescape
 func crc3(p *byte, n int) (a, b, c uint32)
+
+// crcCopy3 is crc3 of src[0:3n] that also copies it to dst[0:3n], with
+// stores that bypass the cache (crcvec_amd64.s).
+//
+//go:noescape
+func crcCopy3(dst, src *byte, n int) (a, b, c uint32)

@@ -81,3 +81,108 @@ done:
 	MOVL BX, b+20(FP)
 	MOVL CX, c+24(FP)
 	RET
+
+// func crcCopy3(dst, src *byte, n int) (a, b, c uint32)
+//
+// crc3 of src[0:3n] that also copies it to dst[0:3n], with non-temporal
+// stores: the copy's destination is KV pages that will not be read again
+// until decode attends over them, long after they have left the cache,
+// so a plain copy would first read every destination line into the cache
+// only to overwrite it. Each 8-byte word is loaded once, into a register
+// that both the CRC32 instruction and the store take. SFENCE at the end
+// orders the weakly-ordered stores before anything this goroutine does
+// next (the fold's bookkeeping, and the WriteDone that lets the sequence
+// be read). n is a multiple of 8, at least 64.
+TEXT ·crcCopy3(SB), NOSPLIT, $0-36
+	MOVQ dst+0(FP), R13
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), R8
+	SUBQ SI, R13 // dst - src: one offset serves the three chains
+	LEAQ (SI)(R8*1), DI
+	LEAQ (DI)(R8*1), R10
+	LEAQ (R8)(R8*2), R11
+	MOVL $0xffffffff, AX
+	MOVL AX, BX
+	MOVL AX, CX
+	MOVQ R8, R9
+	SHRQ $3, R9
+
+	CMPQ R9, $4
+	JB   ctail
+
+cloop4:
+	PREFETCHT0 (SI)(R11*1)
+	PREFETCHT0 (DI)(R11*1)
+	PREFETCHT0 (R10)(R11*1)
+	MOVQ 0(SI), R12
+	MOVQ 0(DI), R14
+	MOVQ 0(R10), R15
+	CRC32Q R12, AX
+	CRC32Q R14, BX
+	CRC32Q R15, CX
+	MOVNTIQ R12, 0(SI)(R13*1)
+	MOVNTIQ R14, 0(DI)(R13*1)
+	MOVNTIQ R15, 0(R10)(R13*1)
+	MOVQ 8(SI), R12
+	MOVQ 8(DI), R14
+	MOVQ 8(R10), R15
+	CRC32Q R12, AX
+	CRC32Q R14, BX
+	CRC32Q R15, CX
+	MOVNTIQ R12, 8(SI)(R13*1)
+	MOVNTIQ R14, 8(DI)(R13*1)
+	MOVNTIQ R15, 8(R10)(R13*1)
+	MOVQ 16(SI), R12
+	MOVQ 16(DI), R14
+	MOVQ 16(R10), R15
+	CRC32Q R12, AX
+	CRC32Q R14, BX
+	CRC32Q R15, CX
+	MOVNTIQ R12, 16(SI)(R13*1)
+	MOVNTIQ R14, 16(DI)(R13*1)
+	MOVNTIQ R15, 16(R10)(R13*1)
+	MOVQ 24(SI), R12
+	MOVQ 24(DI), R14
+	MOVQ 24(R10), R15
+	CRC32Q R12, AX
+	CRC32Q R14, BX
+	CRC32Q R15, CX
+	MOVNTIQ R12, 24(SI)(R13*1)
+	MOVNTIQ R14, 24(DI)(R13*1)
+	MOVNTIQ R15, 24(R10)(R13*1)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R10
+	SUBQ $4, R9
+	CMPQ R9, $4
+	JAE  cloop4
+
+ctail:
+	TESTQ R9, R9
+	JZ    cdone
+
+ctail1:
+	MOVQ (SI), R12
+	MOVQ (DI), R14
+	MOVQ (R10), R15
+	CRC32Q R12, AX
+	CRC32Q R14, BX
+	CRC32Q R15, CX
+	MOVNTIQ R12, (SI)(R13*1)
+	MOVNTIQ R14, (DI)(R13*1)
+	MOVNTIQ R15, (R10)(R13*1)
+	ADDQ $8, SI
+	ADDQ $8, DI
+	ADDQ $8, R10
+	DECQ R9
+	JNZ  ctail1
+
+cdone:
+	SFENCE
+	NOTL AX
+	NOTL BX
+	NOTL CX
+	MOVL AX, a+24(FP)
+	MOVL BX, b+28(FP)
+	MOVL CX, c+32(FP)
+	RET

@@ -202,6 +202,21 @@ func (w WriteKV) Apply(dst KVWriter, kvdim int) error { return w.apply(dst, kvdi
 // apply is Apply, calling then (when not nil) after each layer is
 // written, while that layer's pages are still in cache.
 func (w WriteKV) apply(dst KVWriter, kvdim int, then func(layer int) error) error {
+	return w.each(kvdim, func(l int, k, v []float32) error {
+		if err := dst.WriteTokens(l, w.TokFrom, w.TokTo, k, v); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(l)
+		}
+		return nil
+	})
+}
+
+// each calls write for every layer of w with that layer's K and V from
+// Data, then gives back the pooled buffer Data may alias. An error from
+// write ends it, naming the frame and the layer.
+func (w WriteKV) each(kvdim int, write func(layer int, k, v []float32) error) error {
 	if !w.buf.live() {
 		return fmt.Errorf("transfer write %d: the frame's buffer was already given back (WriteKV applied twice?)", w.Seq)
 	}
@@ -212,13 +227,8 @@ func (w WriteKV) apply(dst KVWriter, kvdim int, then func(layer int) error) erro
 	}
 	for i, l := 0, w.LayerFrom; l < w.LayerTo; i, l = i+1, l+1 {
 		base := 2 * span * i
-		if err := dst.WriteTokens(l, w.TokFrom, w.TokTo, w.Data[base:base+span], w.Data[base+span:base+2*span]); err != nil {
+		if err := write(l, w.Data[base:base+span], w.Data[base+span:base+2*span]); err != nil {
 			return fmt.Errorf("transfer write %d: layer %d tokens [%d, %d): %w", w.Seq, l, w.TokFrom, w.TokTo, err)
-		}
-		if then != nil {
-			if err := then(l); err != nil {
-				return err
-			}
 		}
 	}
 	return nil

@@ -49,6 +49,12 @@ import (
 // shows it. When any condition fails, Sum computes Digest over the pages
 // instead: never a weaker check, only a slower one.
 
+// rangeWriter lends the pages of positions [from, to) of a layer for
+// writing (kv.Seq).
+type rangeWriter interface {
+	WriteSpans(dst []model.Span, layer, from, to int) ([]model.Span, error)
+}
+
 // rangeSpanner lends the pages of written positions [from, to) of a
 // layer in place (kv.Seq).
 type rangeSpanner interface {
@@ -92,12 +98,26 @@ func (w WriteKV) ApplyReadBack(dst KVWriter, kvdim int) error {
 	if w.rb == nil || !ok || !w.rb.start(dst, w, kvdim) {
 		return w.Apply(dst, kvdim)
 	}
+	if ws, ok := dst.(rangeWriter); ok {
+		return w.applyThrough(ws, kvdim)
+	}
 	// Each layer is read back right after it is written: a frame's
 	// layers together may not fit in cache, one layer's tokens do.
 	return w.apply(dst, kvdim, func(l int) error {
 		w.rb.mu.Lock()
 		defer w.rb.mu.Unlock()
 		return w.rb.fold(rs, w, l)
+	})
+}
+
+// applyThrough is ApplyReadBack for a sequence that lends its memory
+// for writing: each layer is copied in and checksummed in one pass
+// (copyIn).
+func (w WriteKV) applyThrough(ws rangeWriter, kvdim int) error {
+	return w.each(kvdim, func(l int, k, v []float32) error {
+		w.rb.mu.Lock()
+		defer w.rb.mu.Unlock()
+		return w.rb.copyIn(ws, w, l, k, v)
 	})
 }
 
@@ -129,41 +149,90 @@ func (rb *readBack) fold(rs rangeSpanner, w WriteKV, l int) error {
 	if rb.broken {
 		return nil
 	}
-	kd, L := rb.kvdim, rb.layers
+	kd := rb.kvdim
 	spans, err := rs.SpansRange(rb.spans[:0], l, w.TokFrom, w.TokTo)
 	rb.spans = spans
 	if err != nil {
 		return fmt.Errorf("transfer write %d: reading back layer %d tokens [%d, %d): %w", w.Seq, l, w.TokFrom, w.TokTo, err)
 	}
-	if rb.vec == nil {
-		rb.vec = combinerFor(4 * kd)
-	}
 	t := w.TokFrom
 	for _, sp := range spans {
 		m := min(len(sp.K)/kd, w.TokTo-t)
-		if cap(rb.crcK) < m {
-			rb.crcK, rb.crcV = make([]uint32, m), make([]uint32, m)
-		}
-		crcK, crcV := rb.crcK[:m], rb.crcV[:m]
+		crcK, crcV := rb.scratch(m)
 		crcVecs(crcK, floatBytes(sp.K[:m*kd]), 4*kd)
 		crcVecs(crcV, floatBytes(sp.V[:m*kd]), 4*kd)
-		for i := 0; i < m; i, t = i+1, t+1 {
-			c := t*L + l
-			if rb.seen[c] {
-				rb.broken = true // a cell written twice: exactly-once is not ours to assume
-				return nil
-			}
-			rb.cells[c] = rb.vec.combine(crcK[i], crcV[i]) // the CRC of K‖V
-			rb.addrK[c], rb.addrV[c] = addr(floatBytes(sp.K[i*kd:])), addr(floatBytes(sp.V[i*kd:]))
-			rb.seen[c] = true
-			rb.n++
-		}
+		rb.record(sp, t, l, crcK, crcV)
+		t += m
 	}
 	if t != w.TokTo {
 		rb.broken = true
-		return nil
 	}
 	return nil
+}
+
+// copyIn is the write and the read-back in one pass: it takes the
+// memory of layer l's positions [w.TokFrom, w.TokTo) from ws and copies
+// k and v ([token][kvdim] each) into it with copyVecs, which checksums
+// each vector as it stores it, bypassing the cache, and folds those
+// checksums in as fold would have read them back. The bytes a vector's
+// checksum is taken over are the ones the same instructions store at
+// the address recorded for it, so Sum's conditions (exactly once, same
+// place, no sharing) carry over unchanged. The caller holds mu.
+func (rb *readBack) copyIn(ws rangeWriter, w WriteKV, l int, k, v []float32) error {
+	kd := rb.kvdim
+	spans, err := ws.WriteSpans(rb.spans[:0], l, w.TokFrom, w.TokTo)
+	rb.spans = spans
+	if err != nil {
+		return err
+	}
+	t, off := w.TokFrom, 0
+	for _, sp := range spans {
+		m := len(sp.K) / kd
+		if off+m > len(k)/kd || len(sp.V) != len(sp.K) {
+			return fmt.Errorf("lent %d positions for %d", off+m, len(k)/kd)
+		}
+		crcK, crcV := rb.scratch(m)
+		copyVecs(floatBytes(sp.K), crcK, floatBytes(k[off*kd:(off+m)*kd]), 4*kd)
+		copyVecs(floatBytes(sp.V), crcV, floatBytes(v[off*kd:(off+m)*kd]), 4*kd)
+		if !rb.broken {
+			rb.record(sp, t, l, crcK, crcV)
+		}
+		t, off = t+m, off+m
+	}
+	if t != w.TokTo {
+		return fmt.Errorf("lent %d positions for %d", t-w.TokFrom, w.TokTo-w.TokFrom)
+	}
+	return nil
+}
+
+// scratch returns room for the checksums of m K and m V vectors.
+func (rb *readBack) scratch(m int) (k, v []uint32) {
+	if cap(rb.crcK) < m {
+		rb.crcK, rb.crcV = make([]uint32, m), make([]uint32, m)
+	}
+	return rb.crcK[:m], rb.crcV[:m]
+}
+
+// record folds in the checksums of cells (t..t+len(crcK)-1, l), whose K
+// and V lie at the start of sp, and where they were. A cell seen twice
+// breaks the fold: exactly-once is not the fold's to assume. The caller
+// holds mu.
+func (rb *readBack) record(sp model.Span, t, l int, crcK, crcV []uint32) {
+	kd, L := rb.kvdim, rb.layers
+	if rb.vec == nil {
+		rb.vec = combinerFor(4 * kd)
+	}
+	for i := range crcK {
+		c := (t+i)*L + l
+		if rb.seen[c] {
+			rb.broken = true
+			return
+		}
+		rb.cells[c] = rb.vec.combine(crcK[i], crcV[i]) // the CRC of K‖V
+		rb.addrK[c], rb.addrV[c] = addr(floatBytes(sp.K[i*kd:])), addr(floatBytes(sp.V[i*kd:]))
+		rb.seen[c] = true
+		rb.n++
+	}
 }
 
 // Sum answers c: the Digest of tokens [0, c.Tokens) of r. When every

@@ -126,28 +126,54 @@ func newXfer(t *testing.T, src KVSource, n, layers, kvdim, maxFrame int) (*Sende
 // digest of the pages, in order and out of order, with frames of whole
 // tokens and frames of a few layers of one token, and that the fold, not
 // a fallback, produced it.
+//
+// It runs both ways of applying: copying into the memory kv.Seq lends for
+// writing while checksumming (WriteSpans, copyIn; at kvdim 64 through the
+// assembly kernel), and, for a sequence that only takes WriteTokens,
+// writing and then reading back.
 func TestReadBackDigest(t *testing.T) {
-	const n, layers, kvdim = 11, 3, 8
-	for _, maxFrame := range []int{MinMaxFrameBytes, 2 * MinMaxFrameBytes, DefaultMaxFrameBytes} {
-		for _, reverse := range []bool{false, true} {
-			_, src := filledSeq(t, n, layers, kvdim, 7)
-			lease, _ := src.Lease()
-			dpool, _ := kv.NewPool(kv.PoolConfig{Pages: 16, PageSize: 4, Layers: layers, KVDim: kvdim})
-			dst, _ := dpool.Alloc(kv.Owner{Tenant: "a", Request: 9}, n+1)
-			s, tbl := newXfer(t, lease, n, layers, kvdim, maxFrame)
-			released := false
-			res := moveKV(t, s, tbl, dst, layers, kvdim, reverse, func() { released = true; lease.Release() })
-			if !res.ready || !res.folded || !released {
-				t.Fatalf("frame limit %d, reverse %v: ready %v (%v), folded %v, released %v", maxFrame, reverse, res.ready, res.err, res.folded, released)
-			}
-			want, _ := Digest(readerOnly{src}, n, layers, kvdim)
-			got, _ := Digest(dst, n, layers, kvdim)
-			if got != want {
-				t.Fatal("decode's pages differ from prefill's")
+	const n, layers = 11, 3
+	for _, kvdim := range []int{8, 64} {
+		for _, through := range []bool{true, false} {
+			for _, maxFrame := range []int{MinMaxFrameBytes, 2 * MinMaxFrameBytes, DefaultMaxFrameBytes} {
+				for _, reverse := range []bool{false, true} {
+					_, src := filledSeq(t, n, layers, kvdim, 7)
+					lease, _ := src.Lease()
+					dpool, _ := kv.NewPool(kv.PoolConfig{Pages: 16, PageSize: 4, Layers: layers, KVDim: kvdim})
+					dst, _ := dpool.Alloc(kv.Owner{Tenant: "a", Request: 9}, n+1)
+					var into decodeSeq = dst
+					if !through {
+						into = writesOnly{dst}
+					}
+					s, tbl := newXfer(t, lease, n, layers, kvdim, maxFrame)
+					released := false
+					res := moveKV(t, s, tbl, into, layers, kvdim, reverse, func() { released = true; lease.Release() })
+					if !res.ready || !res.folded || !released {
+						t.Fatalf("kvdim %d, through %v, frame limit %d, reverse %v: ready %v (%v), folded %v, released %v",
+							kvdim, through, maxFrame, reverse, res.ready, res.err, res.folded, released)
+					}
+					want, _ := Digest(readerOnly{src}, n, layers, kvdim)
+					got, _ := Digest(dst, n, layers, kvdim)
+					if got != want {
+						t.Fatal("decode's pages differ from prefill's")
+					}
+				}
 			}
 		}
 	}
 }
+
+// plainSeq is a kv.Seq less WriteSpans: what writesOnly and misplacing
+// pass on.
+type plainSeq interface {
+	decodeSeq
+	rangeSpanner
+	kvSpanner
+}
+
+// writesOnly is a decode sequence that takes writes only through
+// WriteTokens, so ApplyReadBack writes and then reads back.
+type writesOnly struct{ plainSeq }
 
 // Ways misplacing writes KV somewhere other than where it belongs.
 const (
@@ -160,7 +186,7 @@ const (
 // and swapKV every position is still written exactly once, so only the
 // digest can notice.
 type misplacing struct {
-	*kv.Seq
+	plainSeq
 	layers, kvdim int
 	how           int
 }
@@ -182,7 +208,40 @@ func (m misplacing) WriteTokens(layer, from, to int, k, v []float32) error {
 			}
 		}
 	}
-	return m.Seq.WriteTokens(layer, from, to, k, v)
+	return m.plainSeq.WriteTokens(layer, from, to, k, v)
+}
+
+// misplacingThrough has the same bugs in the memory it lends for writing
+// (WriteSpans), so the copy that checksums as it stores puts KV in the
+// wrong place.
+type misplacingThrough struct {
+	misplacing
+	seq *kv.Seq
+}
+
+func (m misplacingThrough) WriteSpans(dst []model.Span, layer, from, to int) ([]model.Span, error) {
+	if m.how == nextLayer {
+		layer = (layer + 1) % m.layers
+	}
+	lent, err := m.seq.WriteSpans(nil, layer, from, to)
+	if err != nil {
+		return dst, err
+	}
+	kd := m.kvdim
+	var one []model.Span // one span per token
+	for _, sp := range lent {
+		for i := 0; i < len(sp.K)/kd; i++ {
+			k, v := sp.K[i*kd:(i+1)*kd:(i+1)*kd], sp.V[i*kd:(i+1)*kd:(i+1)*kd]
+			if m.how == swapKV {
+				k, v = v, k
+			}
+			one = append(one, model.Span{K: k, V: v, Type: sp.Type})
+		}
+	}
+	if m.how == swapTokens && len(one) >= 2 {
+		one[0], one[1] = one[1], one[0]
+	}
+	return append(dst, one...), nil
 }
 
 // TestReadBackCatchesMisplacedWrite shows that folding the digest from
@@ -198,13 +257,26 @@ func TestReadBackCatchesMisplacedWrite(t *testing.T) {
 			dpool, _ := kv.NewPool(kv.PoolConfig{Pages: 16, PageSize: 4, Layers: layers, KVDim: kvdim})
 			dst, _ := dpool.Alloc(kv.Owner{Tenant: "a", Request: 9}, n+1)
 			s, tbl := newXfer(t, src, n, layers, kvdim, maxFrame)
-			res := moveKV(t, s, tbl, misplacing{Seq: dst, layers: layers, kvdim: kvdim, how: how}, layers, kvdim, false, func() {})
+			res := moveKV(t, s, tbl, misplacing{plainSeq: dst, layers: layers, kvdim: kvdim, how: how}, layers, kvdim, false, func() {})
 			want := CodeDigest
 			if how == nextLayer {
 				want = CodeWrite
 			}
 			if res.ready || res.err == nil || res.err.Code != want || how != nextLayer && !res.folded {
 				t.Fatalf("misplacement %d, frame limit %d: ready %v, err %v, folded %v", how, maxFrame, res.ready, res.err, res.folded)
+			}
+
+			// The same bugs in the memory lent for writing: the fold
+			// records where each vector was stored, Sum sees that it is
+			// not where the sequence's spans put it at commit and digests
+			// the pages instead, which differ (every layer's KV one layer
+			// on also writes every position once).
+			_, src = filledSeq(t, n, layers, kvdim, 3)
+			dst, _ = dpool.Alloc(kv.Owner{Tenant: "a", Request: 10}, n+1)
+			s, tbl = newXfer(t, src, n, layers, kvdim, maxFrame)
+			res = moveKV(t, s, tbl, misplacingThrough{misplacing{plainSeq: dst, layers: layers, kvdim: kvdim, how: how}, dst}, layers, kvdim, false, func() {})
+			if res.ready || res.err == nil || res.err.Code != CodeDigest || res.folded {
+				t.Fatalf("misplacement %d through WriteSpans, frame limit %d: ready %v, err %v, folded %v", how, maxFrame, res.ready, res.err, res.folded)
 			}
 		}
 	}
