@@ -276,6 +276,12 @@ func TestDisaggPairLimitsDiffer(t *testing.T) {
 	if pair.p.metric(t, "bulkhead_kv_transfer_bytes_sent_total") == sent {
 		t.Fatal("a successful request moved no KV bytes")
 	}
+	// Prefill's pool kept each vector's checksum as the forward pass wrote
+	// it, so no frame's checksum was read from the KV at send time.
+	if kept, read := pair.p.metric(t, "bulkhead_kv_transfer_frame_checksums_total", `source="kept"`),
+		pair.p.metric(t, "bulkhead_kv_transfer_frame_checksums_total", `source="read"`); kept == 0 || read != 0 {
+		t.Fatalf("prefill sent %v frames under kept checksums and %v checksummed at send time; want all kept", kept, read)
+	}
 
 	// umbrella may hold 4 pages (64 tokens) on the prefill only: decode
 	// reserves, prefill refuses with its own error, the router cancels.

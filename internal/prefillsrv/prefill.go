@@ -286,6 +286,9 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 			step(transfer.Cancel{ID: id, Reason: errCancelled})
 		}
 	}
+	kept, read := snd.ChecksumSources()
+	s.tm.Checksums.WithLabelValues("kept").Add(float64(kept))
+	s.tm.Checksums.WithLabelValues("read").Add(float64(read))
 	sent := cc.n.Load()
 	if ok {
 		return peerapi.PrefillResult{OK: true, FirstToken: h.FirstToken, BytesSent: sent}

@@ -100,6 +100,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	}
 	s.tm = server.NewTransferMetrics(s.Metrics, "KV transfers acknowledged by decode.",
 		"kv_transfer_bytes_sent_total", "Bytes written to KV transfer connections, retransmissions included.")
+	s.tm.CountChecksums(s.Metrics)
 	s.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace,
 		Name: "kv_transfers_in_progress", Help: "KV transfers being sent now."},
 		func() float64 { return float64(s.sending.Load()) }))

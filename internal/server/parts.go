@@ -161,6 +161,18 @@ type TransferMetrics struct {
 	Failed             *prometheus.CounterVec
 	Bytes              prometheus.Counter
 	AuthFailures       prometheus.Counter
+	// Checksums counts a prefill server's DATA frames by where their
+	// checksums came from ("kept" since the KV was written, or "read"
+	// from the KV at send time); nil for other roles.
+	Checksums *prometheus.CounterVec
+}
+
+// CountChecksums registers Checksums on reg (prefill servers).
+func (t *TransferMetrics) CountChecksums(reg *metrics.Metrics) {
+	t.Checksums = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfer_frame_checksums_total",
+		Help: "KV frames sent, by where their CRC32C came from: kept by the pool since the KV was written (the fast path), or read from the KV at send time."},
+		[]string{"source"})
+	reg.Registry.MustRegister(t.Checksums)
 }
 
 // NewTransferMetrics registers one role's transfer counters on reg.

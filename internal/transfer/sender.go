@@ -91,6 +91,9 @@ type Sender struct {
 	tokCRC uint32
 	blocks []uint32
 	comb   *crcCombiner
+	// keptSums and readSums count frames by where their checksums came
+	// from (ChecksumSources).
+	keptSums, readSums int
 
 	// ip is the Source's pinned pages when frames are sent from them in
 	// place, taken at the first frame (lent); nil: frames copy (alias.go).
@@ -430,7 +433,10 @@ func (s *Sender) checksum(f *Frame, pieces [][]byte, tf, tt, lf, lt int) {
 		s.blocks = make([]uint32, n)
 	}
 	blocks := s.blocks[:n]
-	if !s.sealedBlocks(blocks, tf, tt, lf, lt) {
+	if s.sealedBlocks(blocks, tf, tt, lf, lt) {
+		s.keptSums++
+	} else {
+		s.readSums++
 		i := 0
 		for _, p := range pieces {
 			i += crcVecs(blocks[i:], p, 4*kd)
@@ -464,6 +470,13 @@ func (s *Sender) checksum(f *Frame, pieces [][]byte, tf, tt, lf, lt int) {
 		}
 	}
 }
+
+// ChecksumSources counts the DATA frames built so far (retransmissions
+// included) by where their checksums came from: kept by the Source since
+// the KV was written, or read from the KV here. For the metrics of a
+// prefill server, whose pool keeps them: read frames mean the fast path
+// is not in use.
+func (s *Sender) ChecksumSources() (kept, read int) { return s.keptSums, s.readSums }
 
 // cellSummer is a Source that kept the checksum of each K and V vector
 // from when it was written (kv.Lease over a pool with Checksums).
