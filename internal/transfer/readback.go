@@ -15,17 +15,22 @@ import (
 //
 // Digest at commit reads every page of the sequence once more, long after
 // most of them left the cache. An edge that applies writes with
-// WriteKV.ApplyReadBack instead reads each write's cells back from the
-// pages right after writing them, while they are still in cache, through
-// the same page table and span arithmetic Digest uses (Seq.SpansRange
+// WriteKV.ApplyReadBack instead keeps a CRC32C per (token, layer) cell of
+// what it put in the pages, taken through the same page table and span
+// arithmetic Digest uses: into a sequence that lends its memory for
+// writing (Seq.WriteSpans), it checksums each vector in the pass that
+// stores it there (copyIn); otherwise it reads each write's cells back
+// right after writing them, while they are still in cache (Seq.SpansRange
 // lends, for a range, exactly the memory Seq.Spans lends for those
-// positions), and keeps a CRC32C per (token, layer) cell. At commit,
+// positions). Either way the checksum is of the bytes at the cell's
+// location, and the location is recorded. At commit,
 // ComputeDigest.Sum only combines those checksums in token order; the
 // result is bit for bit the Digest of the pages.
 //
 // Why that still checks what is in the pages, placement included: Digest
 // at commit is a function of the bytes at each cell's location at commit
-// time. The fold has the bytes at each cell's location at read-back time.
+// time. The fold has the bytes at each cell's location at read-back (or
+// store) time.
 // The two agree when no cell's bytes change between its read-back and the
 // commit, and Sum checks the conditions for that before it uses the fold:
 //   - exactly once: every cell of the committed tokens was read back, and
