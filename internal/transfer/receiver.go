@@ -119,6 +119,13 @@ func (r *Receiver) step(ev Event) []Action {
 			out = r.fail(out, errf(errkind.Unavailable, CodeTimeout, "reservation lease expired in state %v (%d of %d cells received)",
 				r.state, r.covered, len(r.cover)), true)
 		}
+		// Frames that arrived since the last CREDIT are credited by the
+		// next tick at the latest: on a slow link half a window can take
+		// longer than the sender's retry interval, and the sender counts
+		// only CREDITs as progress (creditStep).
+		if !r.Terminal() && r.state >= rOpen && r.credit != r.credited {
+			out = append(out, r.creditFrame())
+		}
 	case FrameIn:
 		out = r.frame(out, e.Peer, e.Frame)
 	case BadFrame:
@@ -183,6 +190,11 @@ func (r *Receiver) frame(out []Action, peer uint64, f *Frame) []Action {
 	case TypeOpen:
 		return r.open(out, peer, f)
 	case TypeData:
+		if r.state == rVerifying && r.duplicate(f) {
+			// A retransmission racing the verdict (its CREDIT was late or
+			// lost): ignored, as in the open state.
+			return append(out, r.creditFrame())
+		}
 		if r.state != rOpen {
 			return r.protocol(out, peer, "DATA in state %v", r.state)
 		}
@@ -268,18 +280,15 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	if int(f.Seq) >= len(r.cover) || (r.commit != nil && f.Seq >= r.commit.Frames) {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "frame seq %d out of range", f.Seq), true)
 	}
-	// The frame's CRC (verified when it was decoded) identifies its bytes
-	// as well as a checksum of the payload would, without reading the
-	// payload again.
-	key := frameKey{tf, tt, lf, lt, f.dataCRC()}
-	if old, ok := r.seqs[f.Seq]; ok {
-		if old != key {
+	if _, ok := r.seqs[f.Seq]; ok {
+		if !r.duplicate(f) {
 			return r.fail(out, errf(errkind.Integrity, CodeCoverage, "two different frames with seq %d", f.Seq), true)
 		}
 		// An exact duplicate: ignore it, but repeat the credit, which may
 		// be what the sender is missing.
 		return append(out, r.creditFrame())
 	}
+	key := frameKey{tf, tt, lf, lt, f.dataCRC()}
 	L := r.res.Layers
 	for t := tf; t < tt; t++ {
 		for l := lf; l < lt; l++ {
@@ -319,13 +328,26 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 // sender: a sender with its whole window in flight has sent credit +
 // window frames, and once they arrive the receiver's credit is at least
 // step past the last one it sent, so the next CREDIT is already on its
-// way (docs/transfer-protocol.md).
+// way (docs/transfer-protocol.md). And every Tick credits whatever
+// arrived since the last CREDIT, so on a link slow enough that half a
+// window takes longer than the sender's retry interval, the sender still
+// hears of progress once per tick: the edge must tick well inside the
+// sender's retry interval (decodesrv: every 50 ms, against 500 ms).
 func creditStep(reserved, sender int) uint32 {
 	w := reserved
 	if sender > 0 && sender < w {
 		w = sender
 	}
 	return uint32(max(1, w/2))
+}
+
+// duplicate reports whether f is byte for byte the DATA frame already
+// received under its seq. The frame's CRC (verified when it was decoded)
+// identifies its bytes as well as a checksum of the payload would,
+// without reading the payload again.
+func (r *Receiver) duplicate(f *Frame) bool {
+	old, ok := r.seqs[f.Seq]
+	return ok && old == frameKey{int(f.TokFrom), int(f.TokTo), int(f.LayerFrom), int(f.LayerTo), f.dataCRC()}
 }
 
 func (r *Receiver) creditFrame() SendFrame {

@@ -43,12 +43,13 @@ const (
 	scAbortStorm                       // many transfers, lossy, all cancelled
 	scSlowWrites                       // writes land late, with aborts: drain
 	scOverlap                          // a forged DATA frame re-covers cells under a new seq
+	scSlowLink                         // no faults, but each DATA frame takes 10-25 ms on the wire
 	numScenarios
 )
 
 var scenarioNames = [...]string{"clean", "lossy", "corrupt", "truncate", "kill-first", "kill-middle", "kill-before-commit",
 	"limits", "count-bug", "pool-full", "wrong-id", "bad-payload", "decode-abort", "ack-lost", "stale",
-	"client-gone", "crash-prefill", "crash-decode", "replay", "abort-storm", "slow-writes", "overlap"}
+	"client-gone", "crash-prefill", "crash-decode", "replay", "abort-storm", "slow-writes", "overlap", "slow-link"}
 
 func (s scenario) String() string { return scenarioNames[s] }
 
@@ -368,9 +369,11 @@ func (w *world) expect() error {
 				x.idx, x.sendN, x.pLimit, CodeTooLong, x.pFrames, x.dReady, x.pErr)
 		case (w.sc == scClean || (w.sc == scLimits && !overLimit)) && !(x.dReady && x.pDone):
 			return fmt.Errorf("x%d: fault-free transfer did not succeed: decode %v, prefill %v", x.idx, x.dErr, x.pErr)
-		case w.sc == scClean && x.pResent > 0:
+		case w.sc == scSlowLink && !(x.dReady && x.pDone):
+			return fmt.Errorf("x%d: transfer over a slow link did not succeed: decode %v, prefill %v", x.idx, x.dErr, x.pErr)
+		case (w.sc == scClean || w.sc == scSlowLink) && x.pResent > 0:
 			// Nothing was lost, so a resend means the sender sat out a
-			// retry interval: credit that never came (windows %d and %d).
+			// retry interval: credit that never came, or came too late.
 			return fmt.Errorf("x%d: fault-free transfer resent %d DATA frames (decode window %d, prefill window %d)",
 				x.idx, x.pResent, w.window, w.sendWindow)
 		case w.sc == scCountBug && (x.dReady || x.dErr == nil || x.dErr.Code != CodeCount):
@@ -427,7 +430,7 @@ func TestSim(t *testing.T) {
 		for sc := range numScenarios {
 			t.Logf("%-20v ready %4d  error %4d", sc, ready[sc], failed[sc])
 		}
-		for _, sc := range []scenario{scClean, scLossy} {
+		for _, sc := range []scenario{scClean, scLossy, scSlowLink} {
 			if ready[sc] == 0 {
 				t.Errorf("scenario %v never succeeded", sc)
 			}

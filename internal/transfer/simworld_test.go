@@ -178,7 +178,13 @@ func (w *world) transmit(x *simXfer, toD bool, f *Frame) {
 	emit, kill := inj.apply(b)
 	for _, e := range emit {
 		d := w.now + w.lat()
-		if x.fifo {
+		if w.sc == scSlowLink && toD && f.Type == TypeData {
+			// A link that carries one DATA frame per 10-25 ms: frames
+			// queue behind each other, so half a window takes several
+			// of the sender's 50 ms retry intervals.
+			d = max(d, x.lastPD) + time.Duration(10+w.rng.IntN(16))*time.Millisecond
+		}
+		if x.fifo || w.sc == scSlowLink {
 			last := &x.lastDP
 			if toD {
 				last = &x.lastPD
