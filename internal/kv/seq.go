@@ -285,7 +285,10 @@ func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, e
 // copies in its own way (the KV transfer checksums each vector as it
 // copies it, with stores that skip the cache). Like Slot, it lends only
 // the sequence's own pages, never a shared prefix page (ErrReadOnly), and
-// a page whose tag does not match fails the call with nothing lent.
+// a page whose tag does not match fails the call with nothing lent. The
+// positions count as written from this call on, so the caller must fill
+// them before anything reads the sequence (the transfer's sequence is
+// read by no one until it is Ready, and a failed transfer frees it).
 func (s *Seq) WriteSpans(dst []model.Span, layer, from, to int) ([]model.Span, error) {
 	p := s.pool
 	p.mu.Lock()

@@ -182,7 +182,12 @@ func (rb *readBack) fold(rs rangeSpanner, w WriteKV, l int) error {
 // checksums in as fold would have read them back. The bytes a vector's
 // checksum is taken over are the ones the same instructions store at
 // the address recorded for it, so Sum's conditions (exactly once, same
-// place, no sharing) carry over unchanged. The caller holds mu.
+// place, no sharing) carry over unchanged. What it no longer checks is
+// the copy itself: a kernel that stored a word somewhere other than where
+// it was told would leave the fold describing bytes the pages do not
+// hold, which a read-back would have caught; TestCopyVecs checks
+// copyVecs, stores and all, against copy and hash/crc32. The caller holds
+// mu.
 func (rb *readBack) copyIn(ws rangeWriter, w WriteKV, l int, k, v []float32) error {
 	kd := rb.kvdim
 	spans, err := ws.WriteSpans(rb.spans[:0], l, w.TokFrom, w.TokTo)
