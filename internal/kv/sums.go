@@ -75,30 +75,75 @@ func (p *Pool) unsealPage(i int32) {
 // the forward pass has just written (through Slot). Elsewhere it does
 // nothing. The positions must have been written and lie in the
 // sequence's own pages.
+//
+// The checksums are taken without the pool's lock, which senders reading
+// kept checksums and other sequences need meanwhile (a 512-token step of
+// the 110M shape is 3 MB per layer): only the sequence's owner writes its
+// positions, and it is the caller, so nothing changes them in between. A
+// page whose tag moved on meanwhile (the sequence freed under the caller)
+// gets no checksum.
 func (s *Seq) Seal(layer, from, to int) error {
 	p := s.pool
 	if !p.cfg.Checksums {
 		return nil
 	}
+	cells, err := s.sealCells(layer, from, to)
+	if err != nil {
+		return err
+	}
+	for i := range cells {
+		c := &cells[i]
+		c.k, c.v = crc32.Checksum(wordBytes(c.kw), castagnoli), crc32.Checksum(wordBytes(c.vw), castagnoli)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cells {
+		if pg := &p.pages[c.e.page]; pg.tag != c.e.tag || pg.state != pageOwned {
+			continue
+		}
+		i := p.cell(c.e.page, layer, c.slot)
+		p.sums[2*i], p.sums[2*i+1] = c.k, c.v
+		p.sealed[i>>6] |= 1 << (i & 63)
+	}
+	return nil
+}
+
+// sealCell is one position Seal checksums: its table entry and slot, its
+// words, and, once taken, their checksums.
+type sealCell struct {
+	e      entry
+	slot   int
+	kw, vw []float32
+	k, v   uint32
+}
+
+// sealCells checks Seal's arguments and lends the positions' words.
+func (s *Seq) sealCells(layer, from, to int) ([]sealCell, error) {
+	p := s.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := s.checkLayer(layer); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.checkWritten(layer, from, to); err != nil {
-		return err
+		return nil, err
 	}
 	ps := p.cfg.PageSize
 	for j := from / ps; j*ps < to; j++ {
 		if s.table[j].shared {
-			return fmt.Errorf("%w: sealing tokens [%d, %d), which reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
+			return nil, fmt.Errorf("%w: sealing tokens [%d, %d), which reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
 		}
 	}
 	if err := p.checkRange(s.table, from, to); err != nil {
-		return err
+		return nil, err
 	}
-	p.seal(s.table, layer, from, to)
-	return nil
+	cells := make([]sealCell, 0, to-from)
+	for pos := from; pos < to; pos++ {
+		e := s.table[pos/ps]
+		k, v := p.span(e.page, layer, pos%ps, pos%ps+1)
+		cells = append(cells, sealCell{e: e, slot: pos % ps, kw: k, vw: v})
+	}
+	return cells, nil
 }
 
 // Sums sets k[i] and v[i] to the CRC32C of the K and V words of position
