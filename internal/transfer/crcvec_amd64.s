@@ -2,6 +2,13 @@
 
 #include "textflag.h"
 
+// CSUM folds the 8-byte word at offset off of each of the three chains
+// (SI, DI, R10) into its CRC (AX, BX, CX).
+#define CSUM(off) \
+	CRC32Q off(SI), AX; \
+	CRC32Q off(DI), BX; \
+	CRC32Q off(R10), CX
+
 // func crc3(p *byte, n int) (a, b, c uint32)
 //
 // Three CRC32C chains, one per third of p[0:3n], interleaved so that the
@@ -28,30 +35,14 @@ loop8:
 	PREFETCHT0 (SI)(R11*1)
 	PREFETCHT0 (DI)(R11*1)
 	PREFETCHT0 (R10)(R11*1)
-	CRC32Q 0(SI), AX
-	CRC32Q 0(DI), BX
-	CRC32Q 0(R10), CX
-	CRC32Q 8(SI), AX
-	CRC32Q 8(DI), BX
-	CRC32Q 8(R10), CX
-	CRC32Q 16(SI), AX
-	CRC32Q 16(DI), BX
-	CRC32Q 16(R10), CX
-	CRC32Q 24(SI), AX
-	CRC32Q 24(DI), BX
-	CRC32Q 24(R10), CX
-	CRC32Q 32(SI), AX
-	CRC32Q 32(DI), BX
-	CRC32Q 32(R10), CX
-	CRC32Q 40(SI), AX
-	CRC32Q 40(DI), BX
-	CRC32Q 40(R10), CX
-	CRC32Q 48(SI), AX
-	CRC32Q 48(DI), BX
-	CRC32Q 48(R10), CX
-	CRC32Q 56(SI), AX
-	CRC32Q 56(DI), BX
-	CRC32Q 56(R10), CX
+	CSUM(0)
+	CSUM(8)
+	CSUM(16)
+	CSUM(24)
+	CSUM(32)
+	CSUM(40)
+	CSUM(48)
+	CSUM(56)
 	ADDQ $64, SI
 	ADDQ $64, DI
 	ADDQ $64, R10
@@ -64,9 +55,7 @@ tail:
 	JZ    done
 
 tail1:
-	CRC32Q (SI), AX
-	CRC32Q (DI), BX
-	CRC32Q (R10), CX
+	CSUM(0)
 	ADDQ $8, SI
 	ADDQ $8, DI
 	ADDQ $8, R10
@@ -81,6 +70,20 @@ done:
 	MOVL BX, b+20(FP)
 	MOVL CX, c+24(FP)
 	RET
+
+// CSTEP is one 8-byte word of each of crcCopy3's three chains, at
+// offset off: loaded once, folded into the chain's CRC, stored to dst
+// (R13 is dst - src) without going through the cache.
+#define CSTEP(off) \
+	MOVQ off(SI), R12; \
+	MOVQ off(DI), R14; \
+	MOVQ off(R10), R15; \
+	CRC32Q R12, AX; \
+	CRC32Q R14, BX; \
+	CRC32Q R15, CX; \
+	MOVNTIQ R12, off(SI)(R13*1); \
+	MOVNTIQ R14, off(DI)(R13*1); \
+	MOVNTIQ R15, off(R10)(R13*1)
 
 // func crcCopy3(dst, src *byte, n int) (a, b, c uint32)
 //
@@ -114,42 +117,10 @@ cloop4:
 	PREFETCHT0 (SI)(R11*1)
 	PREFETCHT0 (DI)(R11*1)
 	PREFETCHT0 (R10)(R11*1)
-	MOVQ 0(SI), R12
-	MOVQ 0(DI), R14
-	MOVQ 0(R10), R15
-	CRC32Q R12, AX
-	CRC32Q R14, BX
-	CRC32Q R15, CX
-	MOVNTIQ R12, 0(SI)(R13*1)
-	MOVNTIQ R14, 0(DI)(R13*1)
-	MOVNTIQ R15, 0(R10)(R13*1)
-	MOVQ 8(SI), R12
-	MOVQ 8(DI), R14
-	MOVQ 8(R10), R15
-	CRC32Q R12, AX
-	CRC32Q R14, BX
-	CRC32Q R15, CX
-	MOVNTIQ R12, 8(SI)(R13*1)
-	MOVNTIQ R14, 8(DI)(R13*1)
-	MOVNTIQ R15, 8(R10)(R13*1)
-	MOVQ 16(SI), R12
-	MOVQ 16(DI), R14
-	MOVQ 16(R10), R15
-	CRC32Q R12, AX
-	CRC32Q R14, BX
-	CRC32Q R15, CX
-	MOVNTIQ R12, 16(SI)(R13*1)
-	MOVNTIQ R14, 16(DI)(R13*1)
-	MOVNTIQ R15, 16(R10)(R13*1)
-	MOVQ 24(SI), R12
-	MOVQ 24(DI), R14
-	MOVQ 24(R10), R15
-	CRC32Q R12, AX
-	CRC32Q R14, BX
-	CRC32Q R15, CX
-	MOVNTIQ R12, 24(SI)(R13*1)
-	MOVNTIQ R14, 24(DI)(R13*1)
-	MOVNTIQ R15, 24(R10)(R13*1)
+	CSTEP(0)
+	CSTEP(8)
+	CSTEP(16)
+	CSTEP(24)
 	ADDQ $32, SI
 	ADDQ $32, DI
 	ADDQ $32, R10
@@ -162,15 +133,7 @@ ctail:
 	JZ    cdone
 
 ctail1:
-	MOVQ (SI), R12
-	MOVQ (DI), R14
-	MOVQ (R10), R15
-	CRC32Q R12, AX
-	CRC32Q R14, BX
-	CRC32Q R15, CX
-	MOVNTIQ R12, (SI)(R13*1)
-	MOVNTIQ R14, (DI)(R13*1)
-	MOVNTIQ R15, (R10)(R13*1)
+	CSTEP(0)
 	ADDQ $8, SI
 	ADDQ $8, DI
 	ADDQ $8, R10
