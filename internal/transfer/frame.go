@@ -13,7 +13,7 @@ import (
 //
 //	offset size field
 //	0      2    magic "BK" (0x42 0x4B)
-//	2      1    version (1)
+//	2      1    version (2)
 //	3      1    type
 //	4      16   transfer id
 //	20     4    body length B
@@ -21,8 +21,9 @@ import (
 //	24+B   4    CRC32C (Castagnoli) of bytes [0, 24+B)
 const (
 	Magic0, Magic1 = 'B', 'K'
-	// Version is the wire version this package speaks.
-	Version = 1
+	// Version is the wire version this package speaks. 2: OPEN carries
+	// the sender's window.
+	Version = 2
 	// HeaderSize is the fixed header before the body.
 	HeaderSize = 24
 	// TrailerSize is the CRC32C after the body.
