@@ -2,11 +2,13 @@ package prefillsrv
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,88 @@ func TestAdmissionFirst(t *testing.T) {
 	s.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusUnauthorized {
 		t.Errorf("no credentials: %d", rec.Code)
+	}
+}
+
+// TestKVConnectionDuringPrefill: the KV connection to decode is opened
+// and authenticated while the prompt is still being computed (here,
+// before the engine has even started), and the transfer then uses that
+// connection; a request that ends before its transfer closes it.
+func TestKVConnectionDuringPrefill(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	auth, err := peerauth.NewPSK(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Threads = 1
+	for _, cancelFirst := range []bool{false, true} {
+		s, err := New(cfg, nil, Options{Auth: auth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := net.Listen("tcp", "127.0.0.1:0")
+		ln := auth.WrapListener(raw)
+		conns := make(chan net.Conn, 4)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if peerauth.Handshake(context.Background(), c) == nil {
+					conns <- c
+				}
+			}
+		}()
+		b, _ := json.Marshal(peerapi.PrefillRequest{ID: transfer.NewID().String(), Tenant: "acme", Prompt: []int{1, 2, 3, 4}, MaxTokens: 4, DecodeKVAddr: raw.Addr().String()})
+		ctx, cancel := context.WithCancel(context.Background())
+		req := httptest.NewRequest("POST", peerapi.PathPrefill, bytes.NewReader(b)).WithContext(ctx)
+		req.Header.Set("Authorization", "Bearer "+string(key))
+		rec := httptest.NewRecorder()
+		served := make(chan struct{})
+		go func() { s.Handler().ServeHTTP(rec, req); close(served) }()
+
+		var c net.Conn
+		select {
+		case c = <-conns:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no KV connection while the prompt waits for the engine")
+		}
+		if cancelFirst {
+			cancel()
+		}
+		engineCtx, stop := context.WithCancel(context.Background())
+		engineDone := make(chan error, 1)
+		go func() { engineDone <- s.Engine.Run(engineCtx) }()
+
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := transfer.ReadFrame(c, transfer.DefaultMaxFrameBytes)
+		switch {
+		case cancelFirst && err == nil:
+			t.Fatalf("a cancelled request sent %v on its KV connection", f.Type)
+		case cancelFirst && errors.Is(err, os.ErrDeadlineExceeded):
+			t.Fatal("a cancelled request left its KV connection open")
+		case !cancelFirst && (err != nil || f.Type != transfer.TypeOpen):
+			t.Fatalf("the transfer did not start on the early connection: %v, %v", f, err)
+		}
+		c.Close() // decode goes away: the transfer, if any, fails
+		select {
+		case <-served:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request did not end")
+		}
+		select {
+		case extra := <-conns:
+			extra.Close()
+			t.Error("a second KV connection was opened")
+		default:
+		}
+		cancel()
+		stop()
+		<-engineDone
+		ln.Close()
+		s.threads.Close()
+		s.Model.Close()
 	}
 }
