@@ -29,6 +29,8 @@ import (
 //  7. Once every sequence is freed and every lease and reference released,
 //     every page is free and scrubbed and no tenant is charged: nothing leaked.
 //  8. A tenant never holds more pages than its quota.
+//  9. In a pool that keeps checksums, every checksum it holds as valid is
+//     the CRC32C of its vector as it is now, and a free page holds none.
 
 const (
 	pmPages    = 12
