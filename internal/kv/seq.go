@@ -268,15 +268,7 @@ func (s *Seq) SpansRange(dst []model.Span, layer, from, to int) ([]model.Span, e
 	if err := p.checkRange(s.table, from, to); err != nil {
 		return dst, err
 	}
-	ps := p.cfg.PageSize
-	for pos := from; pos < to; {
-		j := pos / ps
-		end := min(to, (j+1)*ps)
-		k, v := p.span(s.table[j].page, layer, pos-j*ps, end-j*ps)
-		dst = append(dst, model.Span{K: k, V: v, Type: p.cfg.Type})
-		pos = end
-	}
-	return dst, nil
+	return p.appendRange(dst, s.table, layer, from, to), nil
 }
 
 // WriteSpans appends one Span per page that positions [from, to) of layer
@@ -296,38 +288,63 @@ func (s *Seq) WriteSpans(dst []model.Span, layer, from, to int) ([]model.Span, e
 	if err := s.checkLayer(layer); err != nil {
 		return dst, err
 	}
-	ps := p.cfg.PageSize
-	if from < 0 || from > to || to > len(s.table)*ps {
-		return dst, fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, len(s.table)*ps)
-	}
-	for j := from / ps; j*ps < to; j++ {
-		if s.table[j].shared {
-			return dst, fmt.Errorf("%w: tokens [%d, %d) reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
-		}
-	}
-	if err := p.checkRange(s.table, from, to); err != nil {
+	if err := s.checkCapacity(from, to); err != nil {
 		return dst, err
 	}
+	if err := s.checkOwnRange(from, to); err != nil {
+		return dst, err
+	}
+	ps := p.cfg.PageSize
+	for pos := from; pos < to; pos++ {
+		p.unseal(s.table[pos/ps].page, layer, pos%ps)
+	}
+	s.markWritten(layer, from, to)
+	return p.appendRange(dst, s.table, layer, from, to), nil
+}
+
+// appendRange appends one Span per page that positions [from, to) of
+// layer touch in table, each clipped to the range. The caller holds mu
+// and has checked the range and the tags.
+func (p *Pool) appendRange(dst []model.Span, table []entry, layer, from, to int) []model.Span {
+	ps := p.cfg.PageSize
 	for pos := from; pos < to; {
 		j := pos / ps
 		end := min(to, (j+1)*ps)
-		for q := pos; q < end; q++ {
-			p.unseal(s.table[j].page, layer, q-j*ps)
-		}
-		k, v := p.span(s.table[j].page, layer, pos-j*ps, end-j*ps)
+		k, v := p.span(table[j].page, layer, pos-j*ps, end-j*ps)
 		dst = append(dst, model.Span{K: k, V: v, Type: p.cfg.Type})
 		pos = end
 	}
-	s.markWritten(layer, from, to)
-	return dst, nil
+	return dst
+}
+
+// checkCapacity checks that positions [from, to) lie in the table. The
+// caller holds mu.
+func (s *Seq) checkCapacity(from, to int) error {
+	if limit := len(s.table) * s.pool.cfg.PageSize; from < 0 || from > to || to > limit {
+		return fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, limit)
+	}
+	return nil
+}
+
+// checkOwnRange checks that positions [from, to) lie in the sequence's
+// own pages, none of them a shared prefix page (ErrReadOnly), and
+// tag-checks those pages: what every writer must pass. The caller holds
+// mu.
+func (s *Seq) checkOwnRange(from, to int) error {
+	ps := s.pool.cfg.PageSize
+	for j := from / ps; j*ps < to; j++ {
+		if s.table[j].shared {
+			return fmt.Errorf("%w: tokens [%d, %d) reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
+		}
+	}
+	return s.pool.checkRange(s.table, from, to)
 }
 
 // checkWritten checks that positions [from, to) of layer lie in the
 // table and were all written. The caller holds mu.
 func (s *Seq) checkWritten(layer, from, to int) error {
-	p := s.pool
-	if from < 0 || from > to || to > len(s.table)*p.cfg.PageSize {
-		return fmt.Errorf("%w: tokens [%d, %d), capacity %d", ErrRange, from, to, len(s.table)*p.cfg.PageSize)
+	if err := s.checkCapacity(from, to); err != nil {
+		return err
 	}
 	bits := s.written[layer]
 	for pos := max(from, s.filled[layer]); pos < to; pos++ {
@@ -418,13 +435,7 @@ func (s *Seq) WriteTokens(layer, from, to int, k, v []float32) error {
 	if err := p.checkCopy(layer, from, to, len(s.table)*p.cfg.PageSize, k, v); err != nil {
 		return err
 	}
-	ps := p.cfg.PageSize
-	for j := from / ps; j*ps < to; j++ {
-		if s.table[j].shared {
-			return fmt.Errorf("%w: tokens [%d, %d) reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
-		}
-	}
-	if err := p.checkRange(s.table, from, to); err != nil {
+	if err := s.checkOwnRange(from, to); err != nil {
 		return err
 	}
 	p.copyTokens(s.table, layer, from, to, k, v, true)

@@ -1,8 +1,8 @@
 package kv
 
 import (
-	"fmt"
 	"hash/crc32"
+	"slices"
 	"unsafe"
 )
 
@@ -41,13 +41,35 @@ func (p *Pool) cell(page int32, layer, slot int) int {
 // seal checksums positions [from, to) of layer in table, which the
 // caller has checked and holds mu for.
 func (p *Pool) seal(table []entry, layer, from, to int) {
+	sums := make([]uint32, 2*(to-from))
+	p.sumRange(sums, table, layer, from, to)
+	p.keepSums(sums, table, layer, from, to)
+}
+
+// sumRange sets sums[2i] and sums[2i+1] to the CRC32C of the K and V
+// words of position from+i of layer, through table. It reads page memory
+// only, so it needs mu only if someone could be writing those positions.
+func (p *Pool) sumRange(sums []uint32, table []entry, layer, from, to int) {
+	ps := p.cfg.PageSize
+	for pos := from; pos < to; pos++ {
+		k, v := p.span(table[pos/ps].page, layer, pos%ps, pos%ps+1)
+		i := 2 * (pos - from)
+		sums[i], sums[i+1] = crc32.Checksum(wordBytes(k), castagnoli), crc32.Checksum(wordBytes(v), castagnoli)
+	}
+}
+
+// keepSums records sums (from sumRange) as the kept checksums of
+// positions [from, to) of layer, for every page that still carries the
+// tag its entry in table expects. The caller holds mu.
+func (p *Pool) keepSums(sums []uint32, table []entry, layer, from, to int) {
 	ps := p.cfg.PageSize
 	for pos := from; pos < to; pos++ {
 		e := table[pos/ps]
-		k, v := p.span(e.page, layer, pos%ps, pos%ps+1)
-		c := p.cell(e.page, layer, pos%ps)
-		p.sums[2*c] = crc32.Checksum(wordBytes(k), castagnoli)
-		p.sums[2*c+1] = crc32.Checksum(wordBytes(v), castagnoli)
+		if pg := &p.pages[e.page]; pg.tag != e.tag || pg.state != pageOwned {
+			continue // freed under the caller: nothing to vouch for
+		}
+		c, i := p.cell(e.page, layer, pos%ps), 2*(pos-from)
+		p.sums[2*c], p.sums[2*c+1] = sums[i], sums[i+1]
 		p.sealed[c>>6] |= 1 << (c & 63)
 	}
 }
@@ -87,63 +109,25 @@ func (s *Seq) Seal(layer, from, to int) error {
 	if !p.cfg.Checksums {
 		return nil
 	}
-	cells, err := s.sealCells(layer, from, to)
+	p.mu.Lock()
+	err := s.checkLayer(layer)
+	if err == nil {
+		err = s.checkWritten(layer, from, to)
+	}
+	if err == nil {
+		err = s.checkOwnRange(from, to)
+	}
+	table := slices.Clone(s.table)
+	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	for i := range cells {
-		c := &cells[i]
-		c.k, c.v = crc32.Checksum(wordBytes(c.kw), castagnoli), crc32.Checksum(wordBytes(c.vw), castagnoli)
-	}
+	sums := make([]uint32, 2*(to-from))
+	p.sumRange(sums, table, layer, from, to)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range cells {
-		if pg := &p.pages[c.e.page]; pg.tag != c.e.tag || pg.state != pageOwned {
-			continue
-		}
-		i := p.cell(c.e.page, layer, c.slot)
-		p.sums[2*i], p.sums[2*i+1] = c.k, c.v
-		p.sealed[i>>6] |= 1 << (i & 63)
-	}
+	p.keepSums(sums, table, layer, from, to)
 	return nil
-}
-
-// sealCell is one position Seal checksums: its table entry and slot, its
-// words, and, once taken, their checksums.
-type sealCell struct {
-	e      entry
-	slot   int
-	kw, vw []float32
-	k, v   uint32
-}
-
-// sealCells checks Seal's arguments and lends the positions' words.
-func (s *Seq) sealCells(layer, from, to int) ([]sealCell, error) {
-	p := s.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := s.checkLayer(layer); err != nil {
-		return nil, err
-	}
-	if err := s.checkWritten(layer, from, to); err != nil {
-		return nil, err
-	}
-	ps := p.cfg.PageSize
-	for j := from / ps; j*ps < to; j++ {
-		if s.table[j].shared {
-			return nil, fmt.Errorf("%w: sealing tokens [%d, %d), which reach shared prefix page %d", ErrReadOnly, from, to, s.table[j].page)
-		}
-	}
-	if err := p.checkRange(s.table, from, to); err != nil {
-		return nil, err
-	}
-	cells := make([]sealCell, 0, to-from)
-	for pos := from; pos < to; pos++ {
-		e := s.table[pos/ps]
-		k, v := p.span(e.page, layer, pos%ps, pos%ps+1)
-		cells = append(cells, sealCell{e: e, slot: pos % ps, kw: k, vw: v})
-	}
-	return cells, nil
 }
 
 // Sums sets k[i] and v[i] to the CRC32C of the K and V words of position
