@@ -2,6 +2,41 @@
 
 #include "textflag.h"
 
+// CHAINS sets up three CRC32C chains over the n-byte vectors (n in R8)
+// that start at SI: DI and R10 the second and third, R11 3n (the same
+// place in the next three vectors, for prefetch), AX, BX, CX the CRCs'
+// initial value, R9 the 8-byte words per chain.
+#define CHAINS \
+	LEAQ (SI)(R8*1), DI; \
+	LEAQ (DI)(R8*1), R10; \
+	LEAQ (R8)(R8*2), R11; \
+	MOVL $0xffffffff, AX; \
+	MOVL AX, BX; \
+	MOVL AX, CX; \
+	MOVQ R8, R9; \
+	SHRQ $3, R9
+
+// PREFETCH3 fetches each chain's place in the next three vectors.
+#define PREFETCH3 \
+	PREFETCHT0 (SI)(R11*1); \
+	PREFETCHT0 (DI)(R11*1); \
+	PREFETCHT0 (R10)(R11*1)
+
+// ADVANCE3 moves the three chains on by n bytes.
+#define ADVANCE3(n) \
+	ADDQ n, SI; \
+	ADDQ n, DI; \
+	ADDQ n, R10
+
+// RESULTS3 finishes the three CRCs and stores them.
+#define RESULTS3(a, b, c) \
+	NOTL AX; \
+	NOTL BX; \
+	NOTL CX; \
+	MOVL AX, a; \
+	MOVL BX, b; \
+	MOVL CX, c
+
 // CSUM folds the 8-byte word at offset off of each of the three chains
 // (SI, DI, R10) into its CRC (AX, BX, CX).
 #define CSUM(off) \
@@ -19,22 +54,13 @@
 TEXT ·crc3(SB), NOSPLIT, $0-28
 	MOVQ p+0(FP), SI
 	MOVQ n+8(FP), R8
-	LEAQ (SI)(R8*1), DI
-	LEAQ (DI)(R8*1), R10
-	LEAQ (R8)(R8*2), R11 // 3n: the same place in the next three vectors
-	MOVL $0xffffffff, AX
-	MOVL AX, BX
-	MOVL AX, CX
-	MOVQ R8, R9
-	SHRQ $3, R9 // words per chain
+	CHAINS
 
 	CMPQ R9, $8
 	JB   tail
 
 loop8:
-	PREFETCHT0 (SI)(R11*1)
-	PREFETCHT0 (DI)(R11*1)
-	PREFETCHT0 (R10)(R11*1)
+	PREFETCH3
 	CSUM(0)
 	CSUM(8)
 	CSUM(16)
@@ -43,9 +69,7 @@ loop8:
 	CSUM(40)
 	CSUM(48)
 	CSUM(56)
-	ADDQ $64, SI
-	ADDQ $64, DI
-	ADDQ $64, R10
+	ADVANCE3($64)
 	SUBQ $8, R9
 	CMPQ R9, $8
 	JAE  loop8
@@ -56,19 +80,12 @@ tail:
 
 tail1:
 	CSUM(0)
-	ADDQ $8, SI
-	ADDQ $8, DI
-	ADDQ $8, R10
+	ADVANCE3($8)
 	DECQ R9
 	JNZ  tail1
 
 done:
-	NOTL AX
-	NOTL BX
-	NOTL CX
-	MOVL AX, a+16(FP)
-	MOVL BX, b+20(FP)
-	MOVL CX, c+24(FP)
+	RESULTS3(a+16(FP), b+20(FP), c+24(FP))
 	RET
 
 // CSTEP is one 8-byte word of each of crcCopy3's three chains, at
@@ -101,29 +118,18 @@ TEXT ·crcCopy3(SB), NOSPLIT, $0-36
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), R8
 	SUBQ SI, R13 // dst - src: one offset serves the three chains
-	LEAQ (SI)(R8*1), DI
-	LEAQ (DI)(R8*1), R10
-	LEAQ (R8)(R8*2), R11
-	MOVL $0xffffffff, AX
-	MOVL AX, BX
-	MOVL AX, CX
-	MOVQ R8, R9
-	SHRQ $3, R9
+	CHAINS
 
 	CMPQ R9, $4
 	JB   ctail
 
 cloop4:
-	PREFETCHT0 (SI)(R11*1)
-	PREFETCHT0 (DI)(R11*1)
-	PREFETCHT0 (R10)(R11*1)
+	PREFETCH3
 	CSTEP(0)
 	CSTEP(8)
 	CSTEP(16)
 	CSTEP(24)
-	ADDQ $32, SI
-	ADDQ $32, DI
-	ADDQ $32, R10
+	ADVANCE3($32)
 	SUBQ $4, R9
 	CMPQ R9, $4
 	JAE  cloop4
@@ -134,18 +140,11 @@ ctail:
 
 ctail1:
 	CSTEP(0)
-	ADDQ $8, SI
-	ADDQ $8, DI
-	ADDQ $8, R10
+	ADVANCE3($8)
 	DECQ R9
 	JNZ  ctail1
 
 cdone:
 	SFENCE
-	NOTL AX
-	NOTL BX
-	NOTL CX
-	MOVL AX, a+24(FP)
-	MOVL BX, b+28(FP)
-	MOVL CX, c+32(FP)
+	RESULTS3(a+24(FP), b+28(FP), c+32(FP))
 	RET

@@ -7,13 +7,14 @@ import (
 	"testing"
 )
 
-// TestCRCVecs checks crcVecs against hash/crc32, vector by vector, over
+// vecCases calls check for every case TestCRCVecs and TestCopyVecs run:
 // vector sizes that take the three-chain path and sizes that do not (not
-// a multiple of 8, or under 64 bytes), at several alignments, with
-// counts that leave zero to two vectors over, and with dst shorter than
-// the vectors p holds.
-func TestCRCVecs(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+// a multiple of 8, or under 64 bytes), several alignments, and counts
+// that leave zero to two vectors over. p holds count vectors and half a
+// vector more, which is not one.
+func vecCases(t *testing.T, seed uint64, check func(vec, count, off int, p []byte)) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
 	buf := make([]byte, 100000)
 	for i := range buf {
 		buf[i] = byte(rng.Uint32())
@@ -21,28 +22,42 @@ func TestCRCVecs(t *testing.T) {
 	for _, vec := range []int{4, 60, 64, 68, 72, 256, 1000, 1024, 3072, 3076, 12288} {
 		for _, count := range []int{0, 1, 2, 3, 4, 5, 7} {
 			for _, off := range []int{0, 3, 8} {
-				p := buf[off : off+vec*count+vec/2] // and half a vector more, which is not one
-				dst := make([]uint32, count+2)
-				if got := crcVecs(dst, p, vec); got != count {
-					t.Fatalf("vec %d count %d: crcVecs did %d vectors", vec, count, got)
-				}
-				for i := range count {
-					if want := crc32.Checksum(p[i*vec:(i+1)*vec], castagnoli); dst[i] != want {
-						t.Fatalf("vec %d count %d offset %d: vector %d: %08x, hash/crc32 %08x", vec, count, off, i, dst[i], want)
-					}
-				}
-				if dst[count] != 0 || dst[count+1] != 0 {
-					t.Fatalf("vec %d count %d: wrote past the vectors", vec, count)
-				}
-				if count > 1 {
-					short := make([]uint32, count-1)
-					if got := crcVecs(short, p, vec); got != count-1 {
-						t.Fatalf("vec %d: with room for %d, crcVecs did %d", vec, count-1, got)
-					}
-				}
+				check(vec, count, off, buf[off:off+vec*count+vec/2])
 			}
 		}
 	}
+}
+
+// checkVecSums fails unless sums[:count] are hash/crc32's checksums of
+// p's first count vec-byte vectors.
+func checkVecSums(t *testing.T, fn string, sums []uint32, p []byte, vec, count, off int) {
+	t.Helper()
+	for i := range count {
+		if want := crc32.Checksum(p[i*vec:(i+1)*vec], castagnoli); sums[i] != want {
+			t.Fatalf("%s: vec %d count %d offset %d: vector %d: %08x, hash/crc32 %08x", fn, vec, count, off, i, sums[i], want)
+		}
+	}
+}
+
+// TestCRCVecs checks crcVecs against hash/crc32, vector by vector, over
+// vecCases, and with dst shorter than the vectors p holds.
+func TestCRCVecs(t *testing.T) {
+	vecCases(t, 1, func(vec, count, off int, p []byte) {
+		dst := make([]uint32, count+2)
+		if got := crcVecs(dst, p, vec); got != count {
+			t.Fatalf("vec %d count %d: crcVecs did %d vectors", vec, count, got)
+		}
+		checkVecSums(t, "crcVecs", dst, p, vec, count, off)
+		if dst[count] != 0 || dst[count+1] != 0 {
+			t.Fatalf("vec %d count %d: wrote past the vectors", vec, count)
+		}
+		if count > 1 {
+			short := make([]uint32, count-1)
+			if got := crcVecs(short, p, vec); got != count-1 {
+				t.Fatalf("vec %d: with room for %d, crcVecs did %d", vec, count-1, got)
+			}
+		}
+	})
 }
 
 // BenchmarkCRCVecs compares crcVecs with hash/crc32 vector by vector on
@@ -81,49 +96,29 @@ func BenchmarkCRCVecs(b *testing.B) {
 	}
 }
 
-// TestCopyVecs checks copyVecs against copy and hash/crc32, over the
-// same sizes and offsets as TestCRCVecs, and that it writes nothing past
-// the vectors it copies.
+// TestCopyVecs checks copyVecs against copy and hash/crc32 over
+// vecCases, and that it writes nothing outside the vectors it copies.
 func TestCopyVecs(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	buf := make([]byte, 100000)
-	for i := range buf {
-		buf[i] = byte(rng.Uint32())
-	}
-	for _, vec := range []int{4, 60, 64, 68, 72, 256, 1000, 1024, 3072, 3076, 12288} {
-		for _, count := range []int{0, 1, 2, 3, 4, 5, 7} {
-			for _, off := range []int{0, 3, 8} {
-				p := buf[off : off+vec*count+vec/2]
-				dst := make([]byte, vec*count+16)
-				for i := range dst {
-					dst[i] = 0xee
-				}
-				sums := make([]uint32, count+1)
-				if got := copyVecs(dst[off%8:], sums[:count], p, vec); got != count {
-					t.Fatalf("vec %d count %d: copied %d vectors", vec, count, got)
-				}
-				d := dst[off%8:]
-				for i := range count {
-					if want := crc32.Checksum(p[i*vec:(i+1)*vec], castagnoli); sums[i] != want {
-						t.Fatalf("vec %d count %d offset %d: vector %d: %08x, hash/crc32 %08x", vec, count, off, i, sums[i], want)
-					}
-					if string(d[i*vec:(i+1)*vec]) != string(p[i*vec:(i+1)*vec]) {
-						t.Fatalf("vec %d count %d offset %d: vector %d copied wrong", vec, count, off, i)
-					}
-				}
-				for i := off%8 + count*vec; i < len(dst); i++ {
-					if dst[i] != 0xee {
-						t.Fatalf("vec %d count %d: wrote byte %d past the vectors", vec, count, i)
-					}
-				}
-				for i := 0; i < off%8; i++ {
-					if dst[i] != 0xee {
-						t.Fatalf("vec %d count %d: wrote before the vectors", vec, count)
-					}
-				}
+	vecCases(t, 3, func(vec, count, off int, p []byte) {
+		dst := make([]byte, vec*count+16)
+		for i := range dst {
+			dst[i] = 0xee
+		}
+		sums := make([]uint32, count+1)
+		d := dst[off%8:]
+		if got := copyVecs(d, sums[:count], p, vec); got != count {
+			t.Fatalf("vec %d count %d: copied %d vectors", vec, count, got)
+		}
+		checkVecSums(t, "copyVecs", sums, p, vec, count, off)
+		if string(d[:count*vec]) != string(p[:count*vec]) {
+			t.Fatalf("vec %d count %d offset %d: vectors copied wrong", vec, count, off)
+		}
+		for i := range dst {
+			if (i < off%8 || i >= off%8+count*vec) && dst[i] != 0xee {
+				t.Fatalf("vec %d count %d: wrote byte %d outside the vectors", vec, count, i)
 			}
 		}
-	}
+	})
 }
 
 // BenchmarkCopyVecs compares copying 37.7 MB of 3 KiB vectors into cold
