@@ -259,14 +259,14 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 				}
 			}
 		}
-		if sl, ok := s.Cache.(KVSealer); ok && !r.failed[i] {
-			if err := sl.Seal(l, s.Pos, s.Pos+len(s.Tokens)); err != nil {
-				r.fail(i, s, err)
-			}
-		}
 		if !r.failed[i] {
 			var err error
-			r.spans[i], err = s.Cache.Spans(r.spans[i][:0], l, s.Pos+len(s.Tokens))
+			if sl, ok := s.Cache.(KVSealer); ok {
+				err = sl.Seal(l, s.Pos, s.Pos+len(s.Tokens))
+			}
+			if err == nil {
+				r.spans[i], err = s.Cache.Spans(r.spans[i][:0], l, s.Pos+len(s.Tokens))
+			}
 			if err != nil {
 				r.fail(i, s, err)
 			}
