@@ -190,9 +190,10 @@ func (r *Receiver) frame(out []Action, peer uint64, f *Frame) []Action {
 	case TypeOpen:
 		return r.open(out, peer, f)
 	case TypeData:
-		if r.state == rVerifying && r.duplicate(f) {
-			// A retransmission racing the verdict (its CREDIT was late or
-			// lost): ignored, as in the open state.
+		if (r.state == rOpen || r.state == rVerifying) && r.duplicate(f) {
+			// A retransmission (its CREDIT was late or lost, perhaps
+			// racing the verdict): ignored, but the credit is repeated,
+			// which may be what the sender is missing.
 			return append(out, r.creditFrame())
 		}
 		if r.state != rOpen {
@@ -280,13 +281,8 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	if int(f.Seq) >= len(r.cover) || (r.commit != nil && f.Seq >= r.commit.Frames) {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "frame seq %d out of range", f.Seq), true)
 	}
-	if _, ok := r.seqs[f.Seq]; ok {
-		if !r.duplicate(f) {
-			return r.fail(out, errf(errkind.Integrity, CodeCoverage, "two different frames with seq %d", f.Seq), true)
-		}
-		// An exact duplicate: ignore it, but repeat the credit, which may
-		// be what the sender is missing.
-		return append(out, r.creditFrame())
+	if _, ok := r.seqs[f.Seq]; ok { // and not a duplicate (frame)
+		return r.fail(out, errf(errkind.Integrity, CodeCoverage, "two different frames with seq %d", f.Seq), true)
 	}
 	key := frameKey{tf, tt, lf, lt, f.dataCRC()}
 	L := r.res.Layers
