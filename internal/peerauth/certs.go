@@ -48,10 +48,9 @@ func MakeCA(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("certs: %w", err)
 	}
-	for _, f := range []string{CAFile, CAKeyFile} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-			return fmt.Errorf("certs: %s already exists; pass it as the CA to issue more node certificates, or use another directory", filepath.Join(dir, f))
-		}
+	if err := refuseExisting("pass it as the CA to issue more node certificates, or use another directory",
+		filepath.Join(dir, CAFile), filepath.Join(dir, CAKeyFile)); err != nil {
+		return err
 	}
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -104,10 +103,8 @@ func IssueNode(caDir, outDir, name string, hosts []string) (config.Peers, error)
 		Auth: config.PeerAuthMTLS,
 		CA:   filepath.Join(outDir, CAFile), Cert: filepath.Join(outDir, name+".pem"), Key: filepath.Join(outDir, name+"-key.pem"),
 	}
-	for _, f := range []string{p.Cert, p.Key} {
-		if _, err := os.Stat(f); err == nil {
-			return config.Peers{}, fmt.Errorf("certs: %s already exists; choose another node name or directory", f)
-		}
+	if err := refuseExisting("choose another node name or directory", p.Cert, p.Key); err != nil {
+		return config.Peers{}, err
 	}
 	now := time.Now()
 	nodeKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -145,6 +142,17 @@ func IssueNode(caDir, outDir, name string, hosts []string) (config.Peers, error)
 		return config.Peers{}, err
 	}
 	return p, nil
+}
+
+// refuseExisting fails, saying what to do instead, if any of paths
+// exists: certificates and keys are never overwritten.
+func refuseExisting(instead string, paths ...string) error {
+	for _, f := range paths {
+		if _, err := os.Stat(f); err == nil {
+			return fmt.Errorf("certs: %s already exists; %s", f, instead)
+		}
+	}
+	return nil
 }
 
 // loadCA reads the CA certificate and key MakeCA wrote into dir.
