@@ -65,7 +65,11 @@ func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	}
 	ft, ok := fileType[t]
 	if !ok {
-		return fmt.Errorf("convert: cannot write %s weights (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", t)
+		names := make([]string, 0, len(Types()))
+		for _, t := range Types() {
+			names = append(names, t.String())
+		}
+		return fmt.Errorf("convert: cannot write %s weights (supported: %s)", t, strings.Join(names, ", "))
 	}
 	return write(w, m, ft, func(string) tensor.DType { return t })
 }
