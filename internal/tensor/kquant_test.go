@@ -191,15 +191,7 @@ func TestKQuantRoundTrip(t *testing.T) {
 	}{{Q4_K, 0.10}, {Q6_K, 0.03}, {Q3_K, 0.25}, {Q2_K, 0.40}} {
 		for _, scale := range []float64{1e-3, 0.02, 1, 300} {
 			x := gauss(r, 256*16, scale)
-			nb, _ := tc.t.RowBytes(len(x))
-			enc := make([]byte, nb)
-			if err := Quantize(tc.t, enc, x); err != nil {
-				t.Fatal(err)
-			}
-			y := make([]float32, len(x))
-			if err := Dequantize(tc.t, y, enc); err != nil {
-				t.Fatal(err)
-			}
+			y := roundTrip(t, tc.t, x)
 			var se, sx float64
 			for i := range x {
 				e := float64(y[i] - x[i])
@@ -230,14 +222,7 @@ func TestKQuantSpecialBlocks(t *testing.T) {
 			for i := range x {
 				x[i] = f(i)
 			}
-			enc := make([]byte, dt.BlockBytes())
-			if err := Quantize(dt, enc, x); err != nil {
-				t.Fatal(err)
-			}
-			y := make([]float32, 256)
-			if err := Dequantize(dt, y, enc); err != nil {
-				t.Fatal(err)
-			}
+			y := roundTrip(t, dt, x)
 			if name == "nan" || name == "inf" {
 				continue // only: no panic
 			}

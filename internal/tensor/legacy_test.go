@@ -106,14 +106,7 @@ func TestLegacyRoundTrip(t *testing.T) {
 		src[i] = 3 + float32(i%7)
 	}
 	for _, typ := range []DType{Q4_1, Q5_0, Q5_1} {
-		buf := make([]byte, len(src)/32*typ.BlockBytes())
-		if err := Quantize(typ, buf, src); err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float32, len(src))
-		if err := Dequantize(typ, out, buf); err != nil {
-			t.Fatal(err)
-		}
+		out := roundTrip(t, typ, src)
 		for b := 0; b < len(src)/32; b++ {
 			blk := src[b*32 : b*32+32]
 			mn, mx, amax := blk[0], blk[0], float32(0)

@@ -200,14 +200,7 @@ func TestQ3KQ2KSpecialBlocks(t *testing.T) {
 			for i := range x {
 				x[i] = c
 			}
-			enc := make([]byte, dt.BlockBytes())
-			if err := Quantize(dt, enc, x); err != nil {
-				t.Fatal(err)
-			}
-			y := make([]float32, 256)
-			if err := Dequantize(dt, y, enc); err != nil {
-				t.Fatal(err)
-			}
+			y := roundTrip(t, dt, x)
 			if math.IsNaN(float64(c)) || math.IsInf(float64(c), 0) {
 				continue
 			}

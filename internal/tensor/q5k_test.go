@@ -136,14 +136,7 @@ func TestQ5KRoundTrip(t *testing.T) {
 		}
 		// Requantising the decoded values changes nothing: each value is
 		// on a level of the stored scale and min.
-		enc2 := make([]byte, len(enc))
-		if err := Quantize(Q5_K, enc2, y); err != nil {
-			t.Fatal(err)
-		}
-		y2 := make([]float32, len(x))
-		if err := Dequantize(Q5_K, y2, enc2); err != nil {
-			t.Fatal(err)
-		}
+		y2 := roundTrip(t, Q5_K, y)
 		var se2 float64
 		for i := range y {
 			e := float64(y2[i] - y[i])
@@ -170,14 +163,7 @@ func TestQ5KSpecialBlocks(t *testing.T) {
 		for i := range x {
 			x[i] = f(i)
 		}
-		enc := make([]byte, Q5KBytes)
-		if err := Quantize(Q5_K, enc, x); err != nil {
-			t.Fatal(err)
-		}
-		y := make([]float32, 256)
-		if err := Dequantize(Q5_K, y, enc); err != nil {
-			t.Fatal(err)
-		}
+		y := roundTrip(t, Q5_K, x)
 		if name == "nan" || name == "inf" {
 			continue // only: no panic
 		}

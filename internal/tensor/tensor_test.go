@@ -64,15 +64,7 @@ func TestQuantizeErrorBounds(t *testing.T) {
 		t     DType
 		steps float32 // quantization levels on each side of zero
 	}{{Q8_0, 127}, {Q4_0, 8}, {F16, 1024}, {BF16, 128}} {
-		n, _ := c.t.RowBytes(len(src))
-		buf := make([]byte, n)
-		if err := Quantize(c.t, buf, src); err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float32, len(src))
-		if err := Dequantize(c.t, out, buf); err != nil {
-			t.Fatal(err)
-		}
+		out := roundTrip(t, c.t, src)
 		for b := 0; b < len(src)/32; b++ {
 			var amax float32
 			for _, v := range src[b*32 : b*32+32] {
@@ -113,4 +105,22 @@ func TestRowBytesAndParse(t *testing.T) {
 	if Q8_K.Computable() || !Q8_K.Known() || !Q3_K.Computable() || !Q8_0.Computable() {
 		t.Fatal("Known/Computable wrong for Q8_K, Q3_K or Q8_0")
 	}
+}
+
+// roundTrip quantises x to dt and decodes it back.
+func roundTrip(t testing.TB, dt DType, x []float32) []float32 {
+	t.Helper()
+	nb, err := dt.RowBytes(len(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := make([]byte, nb)
+	if err := Quantize(dt, enc, x); err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float32, len(x))
+	if err := Dequantize(dt, y, enc); err != nil {
+		t.Fatal(err)
+	}
+	return y
 }
