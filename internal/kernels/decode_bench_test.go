@@ -8,13 +8,16 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// BenchmarkDecodeMatrices runs the matrix products of one decode token of
+// BenchmarkDecodeMatrices runs the matrix products of one decode step of
 // the 110M shape in Q8_0 (12 layers of query/key/value, output, gate/up and
 // down products, then the 32000-row classifier: 116 MB of weights, far
 // more than the caches) in the order and grouping the forward pass uses.
 // Its bytes per second, next to BenchmarkReadBandwidth's, is how close the
 // matrix products alone come to the memory-bandwidth bound; the forward
-// pass adds attention and the small per-token operations on top.
+// pass adds attention and the small per-token operations on top. Steps of
+// two and four tokens (sequences decoding together) read the weights once
+// each too; their bytes per second count the weights once, so a step that
+// stays bound by memory shows the one-token figure.
 //
 //	go test -run '^$' -bench DecodeMatrices ./internal/kernels/
 func BenchmarkDecodeMatrices(b *testing.B) {
@@ -36,30 +39,32 @@ func BenchmarkDecodeMatrices(b *testing.B) {
 	cls := benchMatrix(b, tensor.Q8_0, vocab, dim)
 	bytes += len(cls.Data)
 	rng := rand.New(rand.NewPCG(5, 6))
-	x := randFloats(rng, hidden)
-	q, k, v, o := make([]float32, dim), make([]float32, dim), make([]float32, dim), make([]float32, dim)
-	g, u := make([]float32, hidden), make([]float32, hidden)
-	logits := make([]float32, vocab)
-	for _, th := range []int{1, 2} {
-		b.Run(fmt.Sprintf("threads=%d", th), func(b *testing.B) {
-			p := NewPool(th)
-			defer p.Close()
-			qkv := []Product{{Out: q}, {Out: k}, {Out: v}}
-			gu := []Product{{Out: g}, {Out: u}}
-			b.SetBytes(int64(bytes))
-			b.ReportAllocs()
-			for b.Loop() {
-				for i := range ls {
-					l := &ls[i]
-					qkv[0].W, qkv[1].W, qkv[2].W = l.q, l.k, l.v
-					p.MatMuls(x[:dim], 1, qkv)
-					p.MatMul(o, l.o, x[:dim], 1)
-					gu[0].W, gu[1].W = l.gate, l.up
-					p.MatMuls(x[:dim], 1, gu)
-					p.MatMul(o, l.down, x[:hidden], 1)
+	for _, n := range []int{1, 2, 4} {
+		x := randFloats(rng, n*hidden)
+		q, k, v, o := make([]float32, n*dim), make([]float32, n*dim), make([]float32, n*dim), make([]float32, n*dim)
+		g, u := make([]float32, n*hidden), make([]float32, n*hidden)
+		logits := make([]float32, n*vocab)
+		for _, th := range []int{1, 2} {
+			b.Run(fmt.Sprintf("tokens=%d/threads=%d", n, th), func(b *testing.B) {
+				p := NewPool(th)
+				defer p.Close()
+				qkv := []Product{{Out: q}, {Out: k}, {Out: v}}
+				gu := []Product{{Out: g}, {Out: u}}
+				b.SetBytes(int64(bytes))
+				b.ReportAllocs()
+				for b.Loop() {
+					for i := range ls {
+						l := &ls[i]
+						qkv[0].W, qkv[1].W, qkv[2].W = l.q, l.k, l.v
+						p.MatMuls(x[:n*dim], n, qkv)
+						p.MatMul(o, l.o, x[:n*dim], n)
+						gu[0].W, gu[1].W = l.gate, l.up
+						p.MatMuls(x[:n*dim], n, gu)
+						p.MatMul(o, l.down, x[:n*hidden], n)
+					}
+					p.MatMul(logits, cls, x[:n*dim], n)
 				}
-				p.MatMul(logits, cls, x[:dim], 1)
-			}
-		})
+			})
+		}
 	}
 }

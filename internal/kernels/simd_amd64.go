@@ -62,12 +62,15 @@ func matBF16x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols i
 //go:noescape
 func matQ8x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 
-// matQ8x1s is matQ8x1 for 4*rows rows read as four streams of rows rows,
-// stride bytes apart, one row of each at a time (simd_quant_amd64.s says
-// why).
+// matQ8x1s and matQ8x2s are matQ8x1 and matQ8x2 for
+// 4*rows rows read as four streams of rows rows, stride bytes apart, one
+// row of each at a time (simd_quant_amd64.s says why).
 //
 //go:noescape
 func matQ8x1s(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32, stride int)
+
+//go:noescape
+func matQ8x2s(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int, stride int)
 
 //go:noescape
 func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
@@ -161,10 +164,11 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 			return
 		}
 	}
-	if n == 1 && w.Type == tensor.Q8_0 {
-		// One token reuses nothing across tiles: the longer the four
-		// streams, the better the prefetcher follows them.
-		r0 = matQ8Strided(w, rb, r0, r1, xq, nb, out)
+	if w.Type == tensor.Q8_0 && n <= 2 {
+		// One pass over the rows reuses nothing across tiles: the
+		// longer the four streams, the better the prefetcher follows
+		// them.
+		r0 = matQ8Strided(w, rb, r0, r1, xq, nb, n, out, ostride)
 	}
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)
@@ -226,18 +230,25 @@ func quantizeSIMD(dst []byte, x []float32) {
 	quantizeAVX2(&dst[0], &x[0], nb)
 }
 
-// matQ8Strided computes rows [r0, r1) of one token's Q8_0 product with
-// matQ8x1s, as four streams of a quarter of the rows each, and returns the
-// first row it left: the last (r1-r0)%4, for matQ8x1. Only Q8_0 has a
-// strided kernel: its one-token product is bound by memory, while Q4_0, the
-// legacy types and the K-quants unpack enough per block to be bound by
-// arithmetic (36-46% of the read bandwidth on a Zen 3), and a strided Q4_0
-// kernel measured no faster than the adjacent one there.
-func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb int, out []float32) int {
+// matQ8Strided computes rows [r0, r1) of the product of n = 1 or 2 tokens
+// with Q8_0 weights with matQ8x1s or matQ8x2s, as four streams of a
+// quarter of the rows each, and returns the first row it left: the last
+// (r1-r0)%4, for the adjacent kernels. Only these products are bound by
+// memory, so only they have strided kernels (measured on a Zen 3: four
+// tokens of Q8_0, Q4_0 and the legacy types and K-quants even for one
+// token unpack or multiply enough per block to be bound by arithmetic, and
+// strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than the
+// adjacent ones).
+func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb, n int, out []float32, ostride int) int {
 	q := (r1 - r0) / 4
 	if q == 0 {
 		return r0
 	}
-	matQ8x1s(unsafe.Pointer(&w.Data[r0*rb]), rb, q, unsafe.Pointer(&xq[0]), nb, &out[r0], q*rb)
+	wp, xp, xs := unsafe.Pointer(&w.Data[r0*rb]), unsafe.Pointer(&xq[0]), nb*xBlockBytes
+	if n == 1 {
+		matQ8x1s(wp, rb, q, xp, nb, &out[r0], q*rb)
+	} else {
+		matQ8x2s(wp, rb, q, xp, xs, nb, &out[r0], ostride*4, q*rb)
+	}
 	return r0 + 4*q
 }

@@ -299,25 +299,53 @@ matQ4x2done:
 	RET
 
 
-// matQ8x1s reads four streams of rows rows each, stride bytes apart, and
-// takes one row of each per group: rows g, rows+g, 2rows+g and 3rows+g.
-// Four rows side by side, as matQ8x1 reads them, interleave four positions
-// of the same pages, which the hardware prefetcher follows poorly even with
-// the software prefetch of the next group; four streams far apart are four
-// sequential reads it follows well (measured on a Zen 3: 1.3-1.5x matQ8x1's
-// bytes per second on matrices far larger than the caches). All four rows
-// are real, so no offsets are clamped and nothing is prefetched. Each row's
-// arithmetic is matQ8x1's, so the results are the same bits.
+// matQ8x1s and matQ8x2s read four streams of rows rows each,
+// stride bytes apart, and take one row of each per group: rows g, rows+g,
+// 2rows+g and 3rows+g. Four rows side by side, as matQ8x1 reads them,
+// interleave four positions of the same pages, which the hardware
+// prefetcher follows poorly even with the software prefetch of the next
+// group; four streams far apart are four sequential reads it follows well
+// (measured on a Zen 3: 1.3-1.5x matQ8x1's bytes per second on matrices far
+// larger than the caches). All four rows are real, so no offsets are
+// clamped and nothing is prefetched. Each row's arithmetic is the adjacent
+// kernel's, so the results are the same bits.
 //
-// R12, R14 and R15 hold the offsets of streams 1..3; the group's results
-// go to out, out+rows, out+2rows and out+3rows.
+// R12, R14 and R15 hold the offsets of streams 1..3 (SOFFS); a token's
+// results for the group go to out, out+rows, out+2rows and out+3rows
+// (SCATTER, with AX = 4*rows).
+
+// SOFFS sets R12, R14 and R15 to one, two and three times the frame
+// argument STRIDE.
+#define SOFFS(STRIDE) \
+	MOVQ STRIDE(FP), R12; \
+	LEAQ (R12)(R12*1), R14; \
+	LEAQ (R14)(R12*1), R15
+
+// SCATTER stores the four rows' results in XR at P, P+AX, P+2AX and
+// P+3AX. DX is clobbered.
+#define SCATTER(XR, P) \
+	VMOVSS XR, (P); \
+	VEXTRACTPS $1, XR, (P)(AX*1); \
+	VEXTRACTPS $2, XR, (P)(AX*2); \
+	LEAQ (P)(AX*2), DX; \
+	VEXTRACTPS $3, XR, (DX)(AX*1)
+
+// SNEXT sets AX for SCATTER before the stores; SLOOP moves SI and DI on by
+// one row after them and loops to GROUP while groups are left.
+#define SNEXT \
+	MOVQ rows+16(FP), AX; \
+	SHLQ $2, AX
+
+#define SLOOP(GROUP) \
+	ADDQ $4, DI; \
+	ADDQ rowBytes+8(FP), SI; \
+	DECQ R13; \
+	JNZ GROUP
 
 // func matQ8x1s(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32, stride int)
 TEXT ·matQ8x1s(SB), NOSPLIT, $0-56
 	QENTRY(out+40, QCONST, done)
-	MOVQ stride+48(FP), R12
-	LEAQ (R12)(R12*1), R14
-	LEAQ (R14)(R12*1), R15
+	SOFFS(stride+48)
 
 group:
 	MOVQ xb+24(FP), R8
@@ -335,17 +363,43 @@ block:
 	JNZ block
 
 reduce:
-	MOVQ rows+16(FP), AX
-	SHLQ $2, AX
-	VMOVSS X4, (DI)
-	VEXTRACTPS $1, X4, (DI)(AX*1)
-	VEXTRACTPS $2, X4, (DI)(AX*2)
-	LEAQ (DI)(AX*2), CX
-	VEXTRACTPS $3, X4, (CX)(AX*1)
-	ADDQ $4, DI
-	ADDQ rowBytes+8(FP), SI
-	DECQ R13
-	JNZ group
+	SNEXT
+	SCATTER(X4, DI)
+	SLOOP(group)
+
+done:
+	VZEROUPPER
+	RET
+
+// func matQ8x2s(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int, stride int)
+TEXT ·matQ8x2s(SB), NOSPLIT, $0-72
+	QENTRY(out+48, QCONST, done)
+	SOFFS(stride+64)
+
+group:
+	MOVQ xb+24(FP), R8
+	QTOKS2
+	QBLOCKS(nb+40, reduce)
+
+	PCALIGN $32
+block:
+	SCALES
+	WEIGHTS_Q8
+	TOK_Q8(R8, X4)
+	TOK_Q8(R9, X5)
+	ADDQ $34, DX
+	ADDQ $36, R8
+	ADDQ $36, R9
+	DECQ CX
+	JNZ block
+
+reduce:
+	SNEXT
+	SCATTER(X4, DI)
+	MOVQ ostride+56(FP), BX
+	ADDQ DI, BX
+	SCATTER(X5, BX)
+	SLOOP(group)
 
 done:
 	VZEROUPPER

@@ -8,9 +8,9 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// One token over row ranges of every length mod 4 and at odd offsets, as
-// pool chunks give them: the strided kernel (four streams of a quarter of
-// the range) plus the adjacent kernel's remainder give the Go kernel's
+// One, two, three and four tokens over row ranges of every length mod 4 and at odd offsets, as
+// pool chunks give them: the strided kernels (four streams of a quarter of
+// the range) plus the adjacent kernels' remainder give the Go kernel's
 // bits in every row of the range and write nothing outside it. A stream
 // stored at the wrong row, a stride off by one row or a remainder left
 // unwritten fails it.
@@ -20,21 +20,27 @@ func TestStridedMatchesGo(t *testing.T) {
 	for _, typ := range []tensor.DType{tensor.Q8_0} {
 		for _, cols := range []int{32, 768} {
 			w, _ := randMatrix(t, rng, typ, 301, cols)
-			xq := make([]byte, cols/32*xBlockBytes)
-			quantizeX(xq, randFloats(rng, cols))
-			for _, rg := range [][2]int{{0, 4}, {0, 5}, {3, 10}, {1, 8}, {37, 290}, {0, 301}, {16, 112}} {
-				r0, r1 := rg[0], rg[1]
-				got := make([]float32, w.Rows)
-				want := make([]float32, w.Rows)
-				for i := range got {
-					got[i] = float32(math.NaN())
-					want[i] = float32(math.NaN())
+			nb := cols / 32
+			for n := 1; n <= 4; n++ {
+				xq := make([]byte, n*nb*xBlockBytes)
+				for i := range n {
+					quantizeX(xq[i*nb*xBlockBytes:], randFloats(rng, cols))
 				}
-				matRowsSIMD(w, r0, r1, nil, xq, nil, 1, got, w.Rows)
-				matRowsGo(w, r0, r1, nil, xq, 1, want, w.Rows)
-				for r := range got {
-					if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
-						t.Fatalf("%s %dx%d rows [%d, %d): row %d is %g, the Go kernel gives %g", typ, w.Rows, cols, r0, r1, r, got[r], want[r])
+				for _, rg := range [][2]int{{0, 4}, {0, 5}, {3, 10}, {1, 8}, {37, 290}, {0, 301}, {16, 112}} {
+					r0, r1 := rg[0], rg[1]
+					got := make([]float32, n*w.Rows)
+					want := make([]float32, n*w.Rows)
+					for i := range got {
+						got[i] = float32(math.NaN())
+						want[i] = float32(math.NaN())
+					}
+					matRowsSIMD(w, r0, r1, nil, xq, nil, n, got, w.Rows)
+					matRowsGo(w, r0, r1, nil, xq, n, want, w.Rows)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s %dx%d n=%d rows [%d, %d): token %d row %d is %g, the Go kernel gives %g",
+								typ, w.Rows, cols, n, r0, r1, i/w.Rows, i%w.Rows, got[i], want[i])
+						}
 					}
 				}
 			}
