@@ -33,6 +33,20 @@ func features() string {
 //go:noescape
 func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
 
+// matF32x1s, matF16x1s and matBF16x1s are matF32x1, matF16x1 and
+// matBF16x1 for 4*rows rows read as four streams of rows rows, stride
+// bytes apart, one row of each at a time; cols must be a multiple of 16
+// (simd_plain_amd64.s).
+//
+//go:noescape
+func matF32x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+
+//go:noescape
+func matF16x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+
+//go:noescape
+func matBF16x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+
 //go:noescape
 func matF32x4(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
 
@@ -98,6 +112,7 @@ func quantizeAVX2(dst *byte, x *float32, nb int)
 func fmaAsm(a, b, c float32) float32
 
 type plainX1 func(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
+type plainX1s func(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
 type plainX4 func(w unsafe.Pointer, rowBytes, rows int, x *float32, xstride, cols int, out *float32, ostride int)
 type quantX1 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 type quantX4 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
@@ -117,17 +132,18 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	// number of calls.
 	tile := max(4, min(r1-r0, tileBytes/rb&^3))
 	var p1 plainX1
+	var s1 plainX1s // p1 over four streams, for n = 1
 	var p3, p4 plainX4
 	var q1 quantX1
 	var q2, q4 quantX4
 	var g8 gemmX8 // the eight-token kernel, where there is one (not Q8_0's: gemmQ8Rows)
 	switch w.Type {
 	case tensor.F32:
-		p1, p3, p4 = matF32x1, matF32x3, matF32x4
+		p1, p3, p4, s1 = matF32x1, matF32x3, matF32x4, matF32x1s
 	case tensor.F16:
-		p1, p3, p4 = matF16x1, matF16x3, matF16x4
+		p1, p3, p4, s1 = matF16x1, matF16x3, matF16x4, matF16x1s
 	case tensor.BF16:
-		p1, p3, p4 = matBF16x1, matBF16x3, matBF16x4
+		p1, p3, p4, s1 = matBF16x1, matBF16x3, matBF16x4, matBF16x1s
 	case tensor.Q8_0:
 		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
 	case tensor.Q4_0:
@@ -162,6 +178,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		case g8 != nil:
 			gemmKRows(g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
+		}
+	}
+	if s1 != nil && n == 1 && cols%16 == 0 {
+		if q := (r1 - r0) / 4; q > 0 {
+			s1(unsafe.Pointer(&w.Data[r0*rb]), rb, q, &x[0], cols, &out[r0], q*rb)
+			r0 += 4 * q
 		}
 	}
 	if w.Type == tensor.Q8_0 && n <= 2 {

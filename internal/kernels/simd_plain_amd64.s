@@ -31,6 +31,125 @@
 	SHLL $16, R9; \
 	VMOVD R9, X8
 
+// matF32x1s, matF16x1s and matBF16x1s are matF32x1, matF16x1 and
+// matBF16x1 for 4*rows rows read as four streams of rows rows, stride bytes
+// apart, one row of each at a time (rows g, rows+g, 2rows+g, 3rows+g; the
+// results to out, out+rows, out+2rows, out+3rows), for cols a multiple of
+// 16. As with matQ8x1s (simd_quant_amd64.s), four far-apart streams are
+// what the hardware prefetcher follows best. Each row has the one-row
+// kernel's two accumulators (Y0/Y1 for stream 0, Y2/Y3, Y4/Y5, Y6/Y7), the
+// same products in the same order and REDUCE16, so the same bits; x's
+// sixteen floats are loaded once for the four rows.
+//
+// STRIDED_X1 is the body, STEP a macro adding the four rows' sixteen
+// products at element AX into the accumulators (x's in Y8 and Y9; Y10 and
+// Y11 scratch); R12, R14, R15 the offsets of streams 1..3, R9 the bytes
+// between two streams' results.
+#define STRIDED_X1(STEP, ROW, LOOP, REDUCE, DONE) \
+	MOVQ w+0(FP), SI; \
+	MOVQ rows+16(FP), R13; \
+	MOVQ x+24(FP), R8; \
+	MOVQ cols+32(FP), BX; \
+	MOVQ out+40(FP), DI; \
+	MOVQ stride+48(FP), R12; \
+	LEAQ (R12)(R12*1), R14; \
+	LEAQ (R14)(R12*1), R15; \
+	MOVQ R13, R9; \
+	SHLQ $2, R9; \
+	TESTQ R13, R13; \
+	JZ DONE; \
+ROW: \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+	XORQ AX, AX; \
+	TESTQ BX, BX; \
+	JZ REDUCE; \
+LOOP: \
+	VMOVUPS (R8)(AX*4), Y8; \
+	VMOVUPS 32(R8)(AX*4), Y9; \
+	STEP; \
+	ADDQ $16, AX; \
+	CMPQ AX, BX; \
+	JLT LOOP; \
+REDUCE: \
+	REDUCE16(Y0, Y1, X0, X10); \
+	VMOVSS X0, (DI); \
+	REDUCE16(Y2, Y3, X2, X10); \
+	VMOVSS X2, (DI)(R9*1); \
+	REDUCE16(Y4, Y5, X4, X10); \
+	VMOVSS X4, (DI)(R9*2); \
+	REDUCE16(Y6, Y7, X6, X10); \
+	LEAQ (DI)(R9*2), DX; \
+	VMOVSS X6, (DX)(R9*1); \
+	ADDQ $4, DI; \
+	ADDQ rowBytes+8(FP), SI; \
+	DECQ R13; \
+	JNZ ROW; \
+DONE: \
+	VZEROUPPER; \
+	RET
+
+// The STEPs: the weights of the four rows at element AX, widened to
+// float32 where stored narrower, times x.
+#define STEP_F32 \
+	LEAQ (SI)(AX*4), DX; \
+	VFMADD231PS (DX), Y8, Y0; \
+	VFMADD231PS 32(DX), Y9, Y1; \
+	VFMADD231PS (DX)(R12*1), Y8, Y2; \
+	VFMADD231PS 32(DX)(R12*1), Y9, Y3; \
+	VFMADD231PS (DX)(R14*1), Y8, Y4; \
+	VFMADD231PS 32(DX)(R14*1), Y9, Y5; \
+	VFMADD231PS (DX)(R15*1), Y8, Y6; \
+	VFMADD231PS 32(DX)(R15*1), Y9, Y7
+
+#define STEP_F16 \
+	LEAQ (SI)(AX*2), DX; \
+	VCVTPH2PS (DX), Y10; \
+	VFMADD231PS Y10, Y8, Y0; \
+	VCVTPH2PS 16(DX), Y11; \
+	VFMADD231PS Y11, Y9, Y1; \
+	VCVTPH2PS (DX)(R12*1), Y10; \
+	VFMADD231PS Y10, Y8, Y2; \
+	VCVTPH2PS 16(DX)(R12*1), Y11; \
+	VFMADD231PS Y11, Y9, Y3; \
+	VCVTPH2PS (DX)(R14*1), Y10; \
+	VFMADD231PS Y10, Y8, Y4; \
+	VCVTPH2PS 16(DX)(R14*1), Y11; \
+	VFMADD231PS Y11, Y9, Y5; \
+	VCVTPH2PS (DX)(R15*1), Y10; \
+	VFMADD231PS Y10, Y8, Y6; \
+	VCVTPH2PS 16(DX)(R15*1), Y11; \
+	VFMADD231PS Y11, Y9, Y7
+
+#define BF16(M, T) \
+	VPMOVZXWD M, T; \
+	VPSLLD $16, T, T
+
+#define STEP_BF16 \
+	LEAQ (SI)(AX*2), DX; \
+	BF16((DX), Y10); \
+	VFMADD231PS Y10, Y8, Y0; \
+	BF16(16(DX), Y11); \
+	VFMADD231PS Y11, Y9, Y1; \
+	BF16((DX)(R12*1), Y10); \
+	VFMADD231PS Y10, Y8, Y2; \
+	BF16(16(DX)(R12*1), Y11); \
+	VFMADD231PS Y11, Y9, Y3; \
+	BF16((DX)(R14*1), Y10); \
+	VFMADD231PS Y10, Y8, Y4; \
+	BF16(16(DX)(R14*1), Y11); \
+	VFMADD231PS Y11, Y9, Y5; \
+	BF16((DX)(R15*1), Y10); \
+	VFMADD231PS Y10, Y8, Y6; \
+	BF16(16(DX)(R15*1), Y11); \
+	VFMADD231PS Y11, Y9, Y7
+
 // func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
 TEXT ·matF32x1(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
@@ -432,3 +551,15 @@ TEXT ·fmaAsm(SB), NOSPLIT, $0-20
 	VFMADD231SS X1, X0, X2
 	VMOVSS X2, ret+16(FP)
 	RET
+
+// func matF32x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+TEXT ·matF32x1s(SB), NOSPLIT, $0-56
+	STRIDED_X1(STEP_F32, row, loop, reduce, done)
+
+// func matF16x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+TEXT ·matF16x1s(SB), NOSPLIT, $0-56
+	STRIDED_X1(STEP_F16, row, loop, reduce, done)
+
+// func matBF16x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+TEXT ·matBF16x1s(SB), NOSPLIT, $0-56
+	STRIDED_X1(STEP_BF16, row, loop, reduce, done)

@@ -8,23 +8,29 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// One, two, three and four tokens over row ranges of every length mod 4 and at odd offsets, as
-// pool chunks give them: the strided kernels (four streams of a quarter of
-// the range) plus the adjacent kernels' remainder give the Go kernel's
-// bits in every row of the range and write nothing outside it. A stream
-// stored at the wrong row, a stride off by one row or a remainder left
-// unwritten fails it.
+// One to four tokens of Q8_0, F32, F16 and BF16 weights over row ranges
+// of every length mod 4 and at odd offsets, as pool chunks give them: the
+// strided kernels (four streams of a quarter of the range; for the plain
+// types one token and a multiple of 16 columns only) plus the adjacent
+// kernels' remainder give the Go kernel's bits in every row of the range
+// and write nothing outside it. A stream stored at the wrong row, a stride
+// off by one row, a row's products in the wrong accumulator or a remainder
+// left unwritten fails it.
 func TestStridedMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(61, 62))
-	for _, typ := range []tensor.DType{tensor.Q8_0} {
-		for _, cols := range []int{32, 768} {
+	for _, typ := range []tensor.DType{tensor.Q8_0, tensor.F32, tensor.F16, tensor.BF16} {
+		for _, cols := range []int{32, 48, 768, 801} {
+			if quantType(typ) && cols%32 != 0 {
+				continue
+			}
 			w, _ := randMatrix(t, rng, typ, 301, cols)
 			nb := cols / 32
 			for n := 1; n <= 4; n++ {
+				x := randFloats(rng, n*cols)
 				xq := make([]byte, n*nb*xBlockBytes)
 				for i := range n {
-					quantizeX(xq[i*nb*xBlockBytes:], randFloats(rng, cols))
+					quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
 				}
 				for _, rg := range [][2]int{{0, 4}, {0, 5}, {3, 10}, {1, 8}, {37, 290}, {0, 301}, {16, 112}} {
 					r0, r1 := rg[0], rg[1]
@@ -34,8 +40,8 @@ func TestStridedMatchesGo(t *testing.T) {
 						got[i] = float32(math.NaN())
 						want[i] = float32(math.NaN())
 					}
-					matRowsSIMD(w, r0, r1, nil, xq, nil, n, got, w.Rows)
-					matRowsGo(w, r0, r1, nil, xq, n, want, w.Rows)
+					matRowsSIMD(w, r0, r1, x, xq, nil, n, got, w.Rows)
+					matRowsGo(w, r0, r1, x, xq, n, want, w.Rows)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 							t.Fatalf("%s %dx%d n=%d rows [%d, %d): token %d row %d is %g, the Go kernel gives %g",
