@@ -189,7 +189,9 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	if w.Type == tensor.Q8_0 && n <= 2 {
 		// One pass over the rows reuses nothing across tiles: the
 		// longer the four streams, the better the prefetcher follows
-		// them.
+		// them. The pool's chunks (256 KiB at most, chunkRows) still
+		// bound them to about 64 KiB each: long enough, and the cap
+		// keeps the threads' finishing times close.
 		r0 = matQ8Strided(w, rb, r0, r1, xq, nb, n, out, ostride)
 	}
 	for t0 := r0; t0 < r1; t0 += tile {

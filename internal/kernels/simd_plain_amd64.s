@@ -43,7 +43,10 @@
 //
 // STRIDED_X1 is the body, STEP a macro adding the four rows' sixteen
 // products at element AX into the accumulators (x's in Y8 and Y9; Y10 and
-// Y11 scratch); R12, R14, R15 the offsets of streams 1..3, R9 the bytes
+// Y11 scratch). The weights are the multiply's first source, as in the
+// one-row kernels: the products are the same either way round, but where
+// both factors are NaN the first source's payload is the one that
+// survives, and a row's bits must not depend on the kernel; R12, R14, R15 the offsets of streams 1..3, R9 the bytes
 // between two streams' results.
 #define STRIDED_X1(STEP, ROW, LOOP, REDUCE, DONE) \
 	MOVQ w+0(FP), SI; \
@@ -57,7 +60,7 @@
 	MOVQ R13, R9; \
 	SHLQ $2, R9; \
 	TESTQ R13, R13; \
-	JZ DONE; \
+	JLE DONE; \
 ROW: \
 	VXORPS Y0, Y0, Y0; \
 	VXORPS Y1, Y1, Y1; \
@@ -99,33 +102,41 @@ DONE: \
 // float32 where stored narrower, times x.
 #define STEP_F32 \
 	LEAQ (SI)(AX*4), DX; \
-	VFMADD231PS (DX), Y8, Y0; \
-	VFMADD231PS 32(DX), Y9, Y1; \
-	VFMADD231PS (DX)(R12*1), Y8, Y2; \
-	VFMADD231PS 32(DX)(R12*1), Y9, Y3; \
-	VFMADD231PS (DX)(R14*1), Y8, Y4; \
-	VFMADD231PS 32(DX)(R14*1), Y9, Y5; \
-	VFMADD231PS (DX)(R15*1), Y8, Y6; \
-	VFMADD231PS 32(DX)(R15*1), Y9, Y7
+	VMOVUPS (DX), Y10; \
+	VFMADD231PS Y8, Y10, Y0; \
+	VMOVUPS 32(DX), Y11; \
+	VFMADD231PS Y9, Y11, Y1; \
+	VMOVUPS (DX)(R12*1), Y10; \
+	VFMADD231PS Y8, Y10, Y2; \
+	VMOVUPS 32(DX)(R12*1), Y11; \
+	VFMADD231PS Y9, Y11, Y3; \
+	VMOVUPS (DX)(R14*1), Y10; \
+	VFMADD231PS Y8, Y10, Y4; \
+	VMOVUPS 32(DX)(R14*1), Y11; \
+	VFMADD231PS Y9, Y11, Y5; \
+	VMOVUPS (DX)(R15*1), Y10; \
+	VFMADD231PS Y8, Y10, Y6; \
+	VMOVUPS 32(DX)(R15*1), Y11; \
+	VFMADD231PS Y9, Y11, Y7
 
 #define STEP_F16 \
 	LEAQ (SI)(AX*2), DX; \
 	VCVTPH2PS (DX), Y10; \
-	VFMADD231PS Y10, Y8, Y0; \
+	VFMADD231PS Y8, Y10, Y0; \
 	VCVTPH2PS 16(DX), Y11; \
-	VFMADD231PS Y11, Y9, Y1; \
+	VFMADD231PS Y9, Y11, Y1; \
 	VCVTPH2PS (DX)(R12*1), Y10; \
-	VFMADD231PS Y10, Y8, Y2; \
+	VFMADD231PS Y8, Y10, Y2; \
 	VCVTPH2PS 16(DX)(R12*1), Y11; \
-	VFMADD231PS Y11, Y9, Y3; \
+	VFMADD231PS Y9, Y11, Y3; \
 	VCVTPH2PS (DX)(R14*1), Y10; \
-	VFMADD231PS Y10, Y8, Y4; \
+	VFMADD231PS Y8, Y10, Y4; \
 	VCVTPH2PS 16(DX)(R14*1), Y11; \
-	VFMADD231PS Y11, Y9, Y5; \
+	VFMADD231PS Y9, Y11, Y5; \
 	VCVTPH2PS (DX)(R15*1), Y10; \
-	VFMADD231PS Y10, Y8, Y6; \
+	VFMADD231PS Y8, Y10, Y6; \
 	VCVTPH2PS 16(DX)(R15*1), Y11; \
-	VFMADD231PS Y11, Y9, Y7
+	VFMADD231PS Y9, Y11, Y7
 
 #define BF16(M, T) \
 	VPMOVZXWD M, T; \
@@ -134,21 +145,21 @@ DONE: \
 #define STEP_BF16 \
 	LEAQ (SI)(AX*2), DX; \
 	BF16((DX), Y10); \
-	VFMADD231PS Y10, Y8, Y0; \
+	VFMADD231PS Y8, Y10, Y0; \
 	BF16(16(DX), Y11); \
-	VFMADD231PS Y11, Y9, Y1; \
+	VFMADD231PS Y9, Y11, Y1; \
 	BF16((DX)(R12*1), Y10); \
-	VFMADD231PS Y10, Y8, Y2; \
+	VFMADD231PS Y8, Y10, Y2; \
 	BF16(16(DX)(R12*1), Y11); \
-	VFMADD231PS Y11, Y9, Y3; \
+	VFMADD231PS Y9, Y11, Y3; \
 	BF16((DX)(R14*1), Y10); \
-	VFMADD231PS Y10, Y8, Y4; \
+	VFMADD231PS Y8, Y10, Y4; \
 	BF16(16(DX)(R14*1), Y11); \
-	VFMADD231PS Y11, Y9, Y5; \
+	VFMADD231PS Y9, Y11, Y5; \
 	BF16((DX)(R15*1), Y10); \
-	VFMADD231PS Y10, Y8, Y6; \
+	VFMADD231PS Y8, Y10, Y6; \
 	BF16(16(DX)(R15*1), Y11); \
-	VFMADD231PS Y11, Y9, Y7
+	VFMADD231PS Y9, Y11, Y7
 
 // func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
 TEXT ·matF32x1(SB), NOSPLIT, $0-48

@@ -32,7 +32,7 @@ func TestStridedMatchesGo(t *testing.T) {
 				for i := range n {
 					quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
 				}
-				for _, rg := range [][2]int{{0, 4}, {0, 5}, {3, 10}, {1, 8}, {37, 290}, {0, 301}, {16, 112}} {
+				for _, rg := range [][2]int{{0, 4}, {0, 5}, {5, 7}, {3, 10}, {1, 8}, {37, 290}, {290, 301}, {0, 301}, {16, 112}} {
 					r0, r1 := rg[0], rg[1]
 					got := make([]float32, n*w.Rows)
 					want := make([]float32, n*w.Rows)
@@ -49,6 +49,40 @@ func TestStridedMatchesGo(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// Where a weight and the activation it meets are both NaN, which payload
+// survives depends on which is the multiply's first source: the strided
+// kernels must take the weights first, as the one-row kernels and the Go
+// kernel do, or a row's bits would depend on whether it ran strided (one
+// token) or not (a batch).
+func TestStridedNaNPayload(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(63, 64))
+	const rows, cols = 8, 32
+	nanW := map[tensor.DType][]byte{
+		tensor.F32:  {0x01, 0x00, 0xc0, 0x7f}, // 0x7fc00001
+		tensor.F16:  {0x01, 0x7e},             // 0x7e01
+		tensor.BF16: {0xc1, 0x7f},             // 0x7fc1
+	}
+	for typ, nan := range nanW {
+		w, _ := randMatrix(t, rng, typ, rows, cols)
+		rb, _ := typ.RowBytes(cols)
+		for r := 0; r < rows; r += 2 {
+			copy(w.Data[r*rb:], nan)
+		}
+		x := randFloats(rng, cols)
+		x[0] = math.Float32frombits(0x7fc00002)
+		got := make([]float32, rows)
+		want := make([]float32, rows)
+		matRowsSIMD(w, 0, rows, x, nil, nil, 1, got, rows)
+		matRowsGo(w, 0, rows, x, nil, 1, want, rows)
+		for r := range got {
+			if math.Float32bits(got[r]) != math.Float32bits(want[r]) {
+				t.Fatalf("%s row %d: %#08x, the Go kernel gives %#08x", typ, r, math.Float32bits(got[r]), math.Float32bits(want[r]))
 			}
 		}
 	}
