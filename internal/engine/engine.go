@@ -211,6 +211,12 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 	if rej := TenantPagesFit(e.pool, req); rej != nil {
 		return nil, rej
 	}
+	if ctx.Err() != nil {
+		// The caller is gone already: queueing the request would only
+		// spend steps on text nobody reads until the cancellation caught
+		// up with it.
+		return nil, errCancelled
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -238,15 +244,20 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 	// A cancelled context becomes a cancel event for the step loop; the
 	// loop, not this goroutine, frees the request's pages. The hook is in
 	// place before the request is handed over, so the loop never sees a
-	// request whose hook is still being set; a cancel that overtakes the
-	// submission is handled by the loop skipping finished requests.
+	// request whose hook is still being set: that includes the hook's own
+	// hand-over, which for a context cancelled already would run before
+	// AfterFunc returns, so it waits for hooked. A cancel that overtakes
+	// the submission is handled by the loop skipping finished requests.
 	e.stats.queued.Add(1)
+	hooked := make(chan struct{})
 	r.stopWatch = context.AfterFunc(ctx, func() {
+		<-hooked
 		select {
 		case e.cancelCh <- r:
 		case <-e.done:
 		}
 	})
+	close(hooked)
 	select {
 	case e.submitCh <- r:
 	default:

@@ -424,3 +424,54 @@ func TestPrefixCacheScopedToTenant(t *testing.T) {
 		t.Errorf("usage.prompt_tokens = %d on a hit, want the full prompt %d", u2.PromptTokens, len(prompt))
 	}
 }
+
+// A request whose context is cancelled before it is submitted is refused
+// at once. One whose context is cancelled while Submit runs may see the
+// cancellation hook fire inside Submit, before Submit has stored it, and
+// the loop then finish the request from the hook's hand-over: under -race
+// the loop must never read the hook while Submit writes it. Either way
+// every request ends (cancelled, or complete if the cancel came late),
+// and its tenant's slot and pages come back.
+func TestSubmitCancelledContext(t *testing.T) {
+	m := stories(t)
+	h := startEngine(t, m, 64, 16, Config{BatchTokens: 32, MaxRunning: 8, DefaultMaxRequests: 2})
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := h.e.Submit(ctx, admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 20})); errkind.Of(err) == nil || errkind.Of(err).Code != "request_cancelled" {
+		t.Fatalf("a request cancelled before it was submitted: got %v, want request_cancelled", err)
+	}
+	for i := 0; i < 50; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		go cancel()
+		s, err := h.e.Submit(ctx, admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 20}))
+		if err != nil {
+			if e := errkind.Of(err); e == nil || e.Code != "request_cancelled" {
+				t.Fatalf("submission %d: %v", i, err)
+			}
+			continue
+		}
+		toks, res, err := collect(context.Background(), s)
+		switch {
+		case err != nil || res == nil:
+			t.Fatalf("submission %d: stream ended with %v", i, err)
+		case res.Err != nil && res.Err.Code != "request_cancelled":
+			t.Fatalf("submission %d: %v", i, res.Err)
+		case res.Err == nil && len(toks) != 20:
+			t.Fatalf("submission %d: finished with %d tokens of 20", i, len(toks))
+		}
+	}
+	// The tenant's two slots are free again, and so is every page.
+	for i := 0; i < 2; i++ {
+		s, err := h.e.Submit(context.Background(), admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 3}))
+		if err != nil {
+			t.Fatalf("after the cancelled ones, request %d of tenant a: %v", i, err)
+		}
+		if _, res, _ := collect(context.Background(), s); res == nil || res.Err != nil {
+			t.Fatalf("after the cancelled ones, request %d: %+v", i, res)
+		}
+	}
+	if st := h.pool.Stats(); st.Owned != 0 || st.Pending != 0 {
+		t.Fatalf("pages still held after every request ended: %+v", st)
+	}
+}
