@@ -98,68 +98,38 @@ DONE: \
 	VZEROUPPER; \
 	RET
 
-// The STEPs: the weights of the four rows at element AX, widened to
-// float32 where stored narrower, times x.
-#define STEP_F32 \
-	LEAQ (SI)(AX*4), DX; \
-	VMOVUPS (DX), Y10; \
+// STEP4 is a STEP: the four rows' weights at element AX (ELEM bytes each,
+// the second eight HALF bytes on), loaded as float32 by LD (LD_F32,
+// LD_F16 or BF16), times x.
+#define STEP4(LD, ELEM, HALF) \
+	LEAQ (SI)(AX*ELEM), DX; \
+	LD((DX), Y10); \
 	VFMADD231PS Y8, Y10, Y0; \
-	VMOVUPS 32(DX), Y11; \
+	LD(HALF(DX), Y11); \
 	VFMADD231PS Y9, Y11, Y1; \
-	VMOVUPS (DX)(R12*1), Y10; \
+	LD((DX)(R12*1), Y10); \
 	VFMADD231PS Y8, Y10, Y2; \
-	VMOVUPS 32(DX)(R12*1), Y11; \
+	LD(HALF(DX)(R12*1), Y11); \
 	VFMADD231PS Y9, Y11, Y3; \
-	VMOVUPS (DX)(R14*1), Y10; \
+	LD((DX)(R14*1), Y10); \
 	VFMADD231PS Y8, Y10, Y4; \
-	VMOVUPS 32(DX)(R14*1), Y11; \
+	LD(HALF(DX)(R14*1), Y11); \
 	VFMADD231PS Y9, Y11, Y5; \
-	VMOVUPS (DX)(R15*1), Y10; \
+	LD((DX)(R15*1), Y10); \
 	VFMADD231PS Y8, Y10, Y6; \
-	VMOVUPS 32(DX)(R15*1), Y11; \
+	LD(HALF(DX)(R15*1), Y11); \
 	VFMADD231PS Y9, Y11, Y7
 
-#define STEP_F16 \
-	LEAQ (SI)(AX*2), DX; \
-	VCVTPH2PS (DX), Y10; \
-	VFMADD231PS Y8, Y10, Y0; \
-	VCVTPH2PS 16(DX), Y11; \
-	VFMADD231PS Y9, Y11, Y1; \
-	VCVTPH2PS (DX)(R12*1), Y10; \
-	VFMADD231PS Y8, Y10, Y2; \
-	VCVTPH2PS 16(DX)(R12*1), Y11; \
-	VFMADD231PS Y9, Y11, Y3; \
-	VCVTPH2PS (DX)(R14*1), Y10; \
-	VFMADD231PS Y8, Y10, Y4; \
-	VCVTPH2PS 16(DX)(R14*1), Y11; \
-	VFMADD231PS Y9, Y11, Y5; \
-	VCVTPH2PS (DX)(R15*1), Y10; \
-	VFMADD231PS Y8, Y10, Y6; \
-	VCVTPH2PS 16(DX)(R15*1), Y11; \
-	VFMADD231PS Y9, Y11, Y7
+#define LD_F32(M, T) VMOVUPS M, T
+#define LD_F16(M, T) VCVTPH2PS M, T
 
 #define BF16(M, T) \
 	VPMOVZXWD M, T; \
 	VPSLLD $16, T, T
 
-#define STEP_BF16 \
-	LEAQ (SI)(AX*2), DX; \
-	BF16((DX), Y10); \
-	VFMADD231PS Y8, Y10, Y0; \
-	BF16(16(DX), Y11); \
-	VFMADD231PS Y9, Y11, Y1; \
-	BF16((DX)(R12*1), Y10); \
-	VFMADD231PS Y8, Y10, Y2; \
-	BF16(16(DX)(R12*1), Y11); \
-	VFMADD231PS Y9, Y11, Y3; \
-	BF16((DX)(R14*1), Y10); \
-	VFMADD231PS Y8, Y10, Y4; \
-	BF16(16(DX)(R14*1), Y11); \
-	VFMADD231PS Y9, Y11, Y5; \
-	BF16((DX)(R15*1), Y10); \
-	VFMADD231PS Y8, Y10, Y6; \
-	BF16(16(DX)(R15*1), Y11); \
-	VFMADD231PS Y9, Y11, Y7
+#define STEP_F32 STEP4(LD_F32, 4, 32)
+#define STEP_F16 STEP4(LD_F16, 2, 16)
+#define STEP_BF16 STEP4(BF16, 2, 16)
 
 // func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
 TEXT ·matF32x1(SB), NOSPLIT, $0-48
