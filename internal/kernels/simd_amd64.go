@@ -180,18 +180,19 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 			return
 		}
 	}
-	if s1 != nil && n == 1 && cols%16 == 0 {
+	// The products bound by memory read four far-apart streams of rows
+	// (matRowsStrided), all but the last (r1-r0)%4 rows. One pass over the
+	// rows reuses nothing across tiles: the longer the streams, the better
+	// the prefetcher follows them. The pool's chunks (256 KiB at most,
+	// chunkRows) still bound them to about 64 KiB each: long enough, and
+	// the cap keeps the threads' finishing times close.
+	switch {
+	case s1 != nil && n == 1 && cols%16 == 0:
 		if q := (r1 - r0) / 4; q > 0 {
 			s1(unsafe.Pointer(&w.Data[r0*rb]), rb, q, &x[0], cols, &out[r0], q*rb)
 			r0 += 4 * q
 		}
-	}
-	if w.Type == tensor.Q8_0 && n <= 2 {
-		// One pass over the rows reuses nothing across tiles: the
-		// longer the four streams, the better the prefetcher follows
-		// them. The pool's chunks (256 KiB at most, chunkRows) still
-		// bound them to about 64 KiB each: long enough, and the cap
-		// keeps the threads' finishing times close.
+	case w.Type == tensor.Q8_0 && n <= 2:
 		r0 = matQ8Strided(w, rb, r0, r1, xq, nb, n, out, ostride)
 	}
 	for t0 := r0; t0 < r1; t0 += tile {
@@ -257,12 +258,14 @@ func quantizeSIMD(dst []byte, x []float32) {
 // matQ8Strided computes rows [r0, r1) of the product of n = 1 or 2 tokens
 // with Q8_0 weights with matQ8x1s or matQ8x2s, as four streams of a
 // quarter of the rows each, and returns the first row it left: the last
-// (r1-r0)%4, for the adjacent kernels. Only these products are bound by
-// memory, so only they have strided kernels (measured on a Zen 3: four
-// tokens of Q8_0, Q4_0 and the legacy types and K-quants even for one
-// token unpack or multiply enough per block to be bound by arithmetic, and
-// strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than the
-// adjacent ones).
+// (r1-r0)%4, for the adjacent kernels.
+//
+// Only the products bound by memory have strided kernels: Q8_0's for one
+// and two tokens and the plain types' for one. Measured on a Zen 3, four
+// tokens of Q8_0, and Q4_0, the legacy types and the K-quants even for one
+// token, unpack or multiply enough per block to be bound by arithmetic;
+// strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than
+// the adjacent ones.
 func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb, n int, out []float32, ostride int) int {
 	q := (r1 - r0) / 4
 	if q == 0 {
