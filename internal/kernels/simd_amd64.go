@@ -181,7 +181,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		}
 	}
 	// The products bound by memory read four far-apart streams of rows
-	// (matRowsStrided), all but the last (r1-r0)%4 rows. One pass over the
+	// (matQ8Strided says which), all but the last (r1-r0)%4 rows. One pass over the
 	// rows reuses nothing across tiles: the longer the streams, the better
 	// the prefetcher follows them. The pool's chunks (256 KiB at most,
 	// chunkRows) still bound them to about 64 KiB each: long enough, and
