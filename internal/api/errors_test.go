@@ -244,3 +244,59 @@ func TestClientDisconnectCancels(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A client that goes away before the backend has taken its request (the
+// engine then refuses it) is a disconnect, counted as 499 in the metrics,
+// not as a failure of the backend (502).
+func TestClientGoneBeforeSubmit(t *testing.T) {
+	hold := make(chan struct{})
+	h := newHarness(t, func(_ *Options, f *fakeBackend) { f.submitHold = hold })
+	cctx, cancel := contextWithCancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.client(keyA).Completions.New(cctx, completionParams("x"))
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.fake.mu.Lock()
+		n := len(h.fake.submitted)
+		h.fake.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the backend")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled request succeeded")
+	}
+	select {
+	case <-hold: // the backend has refused it
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend never saw the cancellation")
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(h.http.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(b)
+		if strings.Contains(body, `bulkhead_http_requests_total{code="502"`) {
+			t.Fatalf("a client that left was counted as a backend failure:\n%s", body)
+		}
+		if strings.Contains(body, `bulkhead_http_requests_total{code="499",tenant="a"} 1`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 499 for the client that left:\n%s", body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

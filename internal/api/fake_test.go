@@ -30,6 +30,7 @@ type fakeBackend struct {
 
 	reply      func(prompt []int) string // default: defaultReply
 	submitErr  error                     // Submit fails with this
+	submitHold chan struct{}             // non-nil: Submit waits for ctx to end, refuses, then closes it
 	failAfter  int                       // > 0: after this many tokens, end with failErr
 	failErr    *errkind.Error
 	lieAboutPN int           // > 0: report this many prompt tokens instead of the truth
@@ -48,6 +49,12 @@ func (f *fakeBackend) Submit(ctx context.Context, a engine.Admitted) (*engine.St
 	f.mu.Lock()
 	f.submitted = append(f.submitted, req)
 	f.mu.Unlock()
+	if f.submitHold != nil {
+		// As the engine does for a caller already gone: refuse.
+		<-ctx.Done()
+		defer close(f.submitHold)
+		return nil, errkind.New(errkind.Unavailable, "request_cancelled", "the request was cancelled")
+	}
 	if f.submitErr != nil {
 		return nil, f.submitErr
 	}

@@ -171,6 +171,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, promp
 	defer cancel()
 	st, err := s.backend.Submit(ctx, admitted)
 	if err != nil {
+		if cerr := r.Context().Err(); cerr != nil {
+			// The client left before the backend took the request,
+			// which the backend refuses: record it as a disconnect
+			// (499), not as the backend's failure.
+			s.failBeforeStart(w, r, &outcome{err: errkind.Wrap(errkind.Internal, "client_disconnected", cerr, "the client disconnected")})
+			return
+		}
 		s.writeError(w, r, errkind.Of(err))
 		return
 	}
