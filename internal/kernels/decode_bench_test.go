@@ -15,7 +15,7 @@ import (
 // Its bytes per second, next to BenchmarkReadBandwidth's, is how close the
 // matrix products alone come to the memory-bandwidth bound; the forward
 // pass adds attention and the small per-token operations on top. Steps of
-// two and four tokens (sequences decoding together) read the weights once
+// two to four tokens (sequences decoding together) read the weights once
 // each too; their bytes per second count the weights once, so a step that
 // stays bound by memory shows the one-token figure.
 //
@@ -39,7 +39,7 @@ func BenchmarkDecodeMatrices(b *testing.B) {
 	cls := benchMatrix(b, tensor.Q8_0, vocab, dim)
 	bytes += len(cls.Data)
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{1, 2, 4} {
+	for _, n := range []int{1, 2, 3, 4} {
 		x := randFloats(rng, n*hidden)
 		q, k, v, o := make([]float32, n*dim), make([]float32, n*dim), make([]float32, n*dim), make([]float32, n*dim)
 		g, u := make([]float32, n*hidden), make([]float32, n*hidden)

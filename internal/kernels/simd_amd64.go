@@ -181,11 +181,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		}
 	}
 	// The products bound by memory read four far-apart streams of rows
-	// (matQ8Strided says which), all but the last (r1-r0)%4 rows. One pass over the
-	// rows reuses nothing across tiles: the longer the streams, the better
-	// the prefetcher follows them. The pool's chunks (256 KiB at most,
-	// chunkRows) still bound them to about 64 KiB each: long enough, and
-	// the cap keeps the threads' finishing times close.
+	// (matQ8Strided says which), all but the last (r1-r0)%4 rows. One pass
+	// over the rows reuses nothing across tiles: the longer the streams,
+	// the better the prefetcher follows them. The pool's chunks (256 KiB
+	// at most, chunkRows) still bound them to about 64 KiB each: long
+	// enough, and the cap keeps the threads' finishing times close. Three
+	// Q8_0 tokens take two passes, so they stream tile by tile (below).
 	switch {
 	case s1 != nil && n == 1 && cols%16 == 0:
 		if q := (r1 - r0) / 4; q > 0 {
@@ -216,6 +217,16 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 			}
 			for ; i < n; i++ {
 				p1(wp, rb, rows, &x[i*cols], cols, &out[i*ostride+t0])
+			}
+			continue
+		}
+		if w.Type == tensor.Q8_0 && n == 3 {
+			// Two tokens, then the third from L2, each over the tile's
+			// four streams; what is left of the tile takes the
+			// adjacent kernels.
+			done := matQ8Strided(w, rb, t0, t0+rows, xq, nb, 3, out, ostride)
+			if done < t0+rows {
+				quantTile(q1, q2, q4, unsafe.Pointer(&w.Data[done*rb]), rb, t0+rows-done, xq, nb, 0, n, out[done:], ostride)
 			}
 			continue
 		}
@@ -255,13 +266,13 @@ func quantizeSIMD(dst []byte, x []float32) {
 	quantizeAVX2(&dst[0], &x[0], nb)
 }
 
-// matQ8Strided computes rows [r0, r1) of the product of n = 1 or 2 tokens
-// with Q8_0 weights with matQ8x1s or matQ8x2s, as four streams of a
-// quarter of the rows each, and returns the first row it left: the last
-// (r1-r0)%4, for the adjacent kernels.
+// matQ8Strided computes rows [r0, r1) of the product of n = 1, 2 or 3
+// tokens with Q8_0 weights with matQ8x1s or matQ8x2s (two tokens, then the
+// third), as four streams of a quarter of the rows each, and returns the
+// first row it left: the last (r1-r0)%4, for the adjacent kernels.
 //
 // Only the products bound by memory have strided kernels: Q8_0's for one
-// and two tokens and the plain types' for one. Measured on a Zen 3, four
+// to three tokens and the plain types' for one. Measured on a Zen 3, four
 // tokens of Q8_0, and Q4_0, the legacy types and the K-quants even for one
 // token, unpack or multiply enough per block to be bound by arithmetic;
 // strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than
@@ -271,11 +282,14 @@ func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb, n int, out []float32
 	if q == 0 {
 		return r0
 	}
-	wp, xp, xs := unsafe.Pointer(&w.Data[r0*rb]), unsafe.Pointer(&xq[0]), nb*xBlockBytes
+	wp, xs := unsafe.Pointer(&w.Data[r0*rb]), nb*xBlockBytes
 	if n == 1 {
-		matQ8x1s(wp, rb, q, xp, nb, &out[r0], q*rb)
-	} else {
-		matQ8x2s(wp, rb, q, xp, xs, nb, &out[r0], ostride*4, q*rb)
+		matQ8x1s(wp, rb, q, unsafe.Pointer(&xq[0]), nb, &out[r0], q*rb)
+		return r0 + 4*q
+	}
+	matQ8x2s(wp, rb, q, unsafe.Pointer(&xq[0]), xs, nb, &out[r0], ostride*4, q*rb)
+	if n == 3 {
+		matQ8x1s(wp, rb, q, unsafe.Pointer(&xq[2*xs]), nb, &out[2*ostride+r0], q*rb)
 	}
 	return r0 + 4*q
 }
