@@ -66,6 +66,16 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	benchMatMul(b, 8, []tensor.DType{tensor.F32, tensor.Q8_0, tensor.Q4_0}, [][2]int{{768, 768}, {32000, 768}})
 }
 
+// BenchmarkDecodeFew is a decode step of two and of three sequences on a
+// matrix far larger than the caches: still bound by memory, so the
+// strided kernels read each tile once from memory and again from L2 for
+// the later tokens.
+func BenchmarkDecodeFew(b *testing.B) {
+	for _, n := range []int{2, 3} {
+		benchMatMul(b, n, []tensor.DType{tensor.F32, tensor.F16, tensor.Q8_0}, [][2]int{{32000, 768}})
+	}
+}
+
 // benchMatMul times MatMul of n tokens for every type, shape and 1 or 2
 // threads, reporting GFLOP/s.
 func benchMatMul(b *testing.B, n int, types []tensor.DType, shapes [][2]int) {
