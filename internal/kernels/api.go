@@ -27,13 +27,13 @@
 // by four tokens for Q4_0, Q4_1, Q5_0 and Q5_1, two rows by three tokens
 // for the float types), so prefill and
 // batched decode are bound by arithmetic while single-token decode is
-// bound by how fast the weights stream from memory. For one token, the
-// Q8_0, F32, F16 and BF16 products (and Q8_0's for two) read each thread's
-// rows as four far-apart streams, one row of each at a time, which the
-// hardware prefetcher follows far better than four adjacent rows or one
-// row after another (1.3-1.8x the bytes per second on a Zen 3;
-// simd_quant_amd64.s); the other types are bound by their unpacking even
-// for one token. Quantised types
+// bound by how fast the weights stream from memory. For one to three
+// tokens, the Q8_0, F32, F16 and BF16 products read each thread's rows as
+// four far-apart streams, one row of each at a time, which the hardware
+// prefetcher follows far better than four adjacent rows or one row after
+// another (1.3-1.8x the bytes per second on a Zen 3; simd_quant_amd64.s);
+// the other types are bound by their unpacking even for one token.
+// Quantised types
 // multiply int8 by int8 with exact integer sums (VPMADDUBSW/VPMADDWD),
 // converting to float once per block. Attention's loops over cached
 // positions (HeadScores, HeadAccum) and the exponentials of softmax and SiLU
