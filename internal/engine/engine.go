@@ -231,7 +231,6 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 		return nil, errkind.New(errkind.Quota, "rate_limit_exceeded", "this API key's tenant has %d requests in flight, its limit is %d", n, limit)
 	}
 	e.inflight[req.Tenant]++
-	e.mu.Unlock()
 
 	r := &request{
 		id: e.nextID.Add(1), tenant: req.Tenant, tokens: append([]int(nil), req.Prompt...),
@@ -245,9 +244,10 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 	// loop, not this goroutine, frees the request's pages. The hook is in
 	// place before the request is handed over, so the loop never sees a
 	// request whose hook is still being set: that includes the hook's own
-	// hand-over, which for a context cancelled already would run before
-	// AfterFunc returns, so it waits for hooked. A cancel that overtakes
-	// the submission is handled by the loop skipping finished requests.
+	// hand-over, which for a context cancelled already may start on its
+	// goroutine before AfterFunc has returned, so it waits for hooked. A
+	// cancel that overtakes the submission is handled by the loop skipping
+	// finished requests.
 	e.stats.queued.Add(1)
 	hooked := make(chan struct{})
 	r.stopWatch = context.AfterFunc(ctx, func() {
@@ -258,20 +258,26 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 		}
 	})
 	close(hooked)
+	// The hand-over happens under mu, as the closed check did: shutdown
+	// sets closed under mu and then drains submitCh, so a request is
+	// either refused or drained and failed, never left in the channel
+	// after the loop is gone with a stream that never ends.
 	select {
 	case e.submitCh <- r:
+		e.mu.Unlock()
+		return r.stream, nil
 	default:
-		if !r.stopWatch() {
-			return r.stream, nil // already cancelled: the loop ends the stream
-		}
-		e.stats.queued.Add(-1)
-		e.release(r.tenant)
-		if r.seq != nil {
-			r.seq.Free()
-		}
-		return nil, errkind.New(errkind.Overload, "server_overloaded", "the server's queue is full (%d requests waiting)", e.cfg.MaxQueued)
 	}
-	return r.stream, nil
+	e.mu.Unlock()
+	if !r.stopWatch() {
+		return r.stream, nil // already cancelled: the loop ends the stream
+	}
+	e.stats.queued.Add(-1)
+	e.release(r.tenant)
+	if r.seq != nil {
+		r.seq.Free()
+	}
+	return nil, errkind.New(errkind.Overload, "server_overloaded", "the server's queue is full (%d requests waiting)", e.cfg.MaxQueued)
 }
 
 func (e *Engine) release(tenant string) {

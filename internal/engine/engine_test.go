@@ -475,3 +475,52 @@ func TestSubmitCancelledContext(t *testing.T) {
 		t.Fatalf("pages still held after every request ended: %+v", st)
 	}
 }
+
+// A request submitted while the engine shuts down is either refused or
+// ends (failed with shutting_down, or finished), never left with a stream
+// that no one will close: the hand-over and the shutdown's drain are
+// ordered by the engine's lock.
+func TestSubmitDuringShutdown(t *testing.T) {
+	m := stories(t)
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	for i := 0; i < 100; i++ {
+		pc := kv.ConfigFor(&m.Config, 64, 16)
+		pool, err := kv.NewPool(pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		threads := kernels.NewPool(1)
+		lim := Limits{ContextLen: m.Config.ContextLen, MaxInputTokens: m.Config.ContextLen, PoolTokens: 64 * 16}
+		e, err := New(Config{BatchTokens: 32, MaxRunning: 8, Limits: lim}, m, threads, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctx) }()
+		streams := make(chan *Stream, 4)
+		var wg sync.WaitGroup
+		for j := 0; j < 4; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if s, err := e.Submit(context.Background(), admit(t, e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 50})); err == nil {
+					streams <- s
+				}
+			}()
+		}
+		stop()
+		wg.Wait()
+		<-done
+		close(streams)
+		for s := range streams {
+			wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, res, err := collect(wait, s)
+			cancel()
+			if err != nil || res == nil {
+				t.Fatalf("round %d: a request submitted during shutdown never ended: %v", i, err)
+			}
+		}
+		threads.Close()
+	}
+}
