@@ -183,10 +183,12 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	// The products bound by memory read four far-apart streams of rows
 	// (matQ8Strided says which), all but the last (r1-r0)%4 rows. One pass
 	// over the rows reuses nothing across tiles: the longer the streams,
-	// the better the prefetcher follows them. The pool's chunks (256 KiB
-	// at most, chunkRows) still bound them to about 64 KiB each: long
-	// enough, and the cap keeps the threads' finishing times close. Three
-	// Q8_0 tokens take two passes, so they stream tile by tile (below).
+	// the better the prefetcher follows them. When the pool splits the
+	// matrix, its chunks (256 KiB at most, chunkRows) bound them to about
+	// 64 KiB each: long enough, and the cap keeps the threads' finishing
+	// times close. Three Q8_0 tokens, and two or three of a plain type,
+	// take a pass per token, so they stream tile by tile (below) and the
+	// later passes read from L2.
 	switch {
 	case s1 != nil && n == 1 && cols%16 == 0:
 		if q := (r1 - r0) / 4; q > 0 {
@@ -296,8 +298,8 @@ func quantizeSIMD(dst []byte, x []float32) {
 // third), as four streams of a quarter of the rows each, and returns the
 // first row it left: the last (r1-r0)%4, for the adjacent kernels.
 //
-// Only the products bound by memory have strided kernels: Q8_0's for one
-// to three tokens and the plain types' for one. Measured on a Zen 3, four
+// Only the products bound by memory have strided kernels: Q8_0's and the
+// plain types' for one to three tokens. Measured on a Zen 3, four
 // tokens of Q8_0, and Q4_0, the legacy types and the K-quants even for one
 // token, unpack or multiply enough per block to be bound by arithmetic;
 // strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than

@@ -10,8 +10,9 @@ import (
 
 // One to four tokens of Q8_0, F32, F16 and BF16 weights over row ranges
 // of every length mod 4 and at odd offsets, as pool chunks give them: the
-// strided kernels (four streams of a quarter of the range; for the plain
-// types one token and a multiple of 16 columns only) plus the adjacent
+// strided kernels (four streams of a quarter of the range, or of each
+// tile for three Q8_0 tokens and two or three of a plain type; for the
+// plain types a multiple of 16 columns only) plus the adjacent
 // kernels' remainder give the Go kernel's bits in every row of the range
 // and write nothing outside it. A stream stored at the wrong row, a stride
 // off by one row, a row's products in the wrong accumulator or a remainder
