@@ -186,9 +186,9 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	// the better the prefetcher follows them. When the pool splits the
 	// matrix, its chunks (256 KiB at most, chunkRows) bound them to about
 	// 64 KiB each: long enough, and the cap keeps the threads' finishing
-	// times close. Three Q8_0 tokens, and two or three of a plain type,
-	// take a pass per token, so they stream tile by tile (below) and the
-	// later passes read from L2.
+	// times close. Three Q8_0 tokens, and two to seven (but four) of a
+	// plain type, take a pass per token, so they stream tile by tile
+	// (below) and the later passes read from L2.
 	switch {
 	case s1 != nil && n == 1 && cols%16 == 0:
 		if q := (r1 - r0) / 4; q > 0 {
@@ -224,12 +224,14 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 // t0+rows) of w for n tokens.
 func plainTile(p1 plainX1, s1 plainX1s, p3, p4 plainX4, w *Matrix, rb, t0, rows int, x []float32, cols, n int, out []float32, ostride int) {
 	wp := unsafe.Pointer(&w.Data[t0*rb])
-	if q := rows / 4; s1 != nil && (n == 2 || n == 3) && cols%16 == 0 && q > 0 {
-		// Two or three tokens are still bound by memory: one pass per
-		// token over the tile's four streams (the later ones from L2)
-		// beats the threes and ones below (measured 1.3-2.1x at
-		// 32000x768, F32 and F16); four tokens of the four-token
-		// kernel do not gain.
+	if q := rows / 4; s1 != nil && n >= 2 && n < 8 && n != 4 && cols%16 == 0 && q > 0 {
+		// A few tokens are still bound by memory: one pass per token
+		// over the tile's four streams (the later ones from L2) beats
+		// the threes and ones below, which read two adjacent rows side
+		// by side or one stream (measured at 32000x768, F32 and F16:
+		// 1.3-2.1x for two and three tokens, 1.0-1.07x for five,
+		// 1.13-1.39x for six and seven). Four tokens of the four-token
+		// kernel, and eight or more, gain nothing from it.
 		for i := 0; i < n; i++ {
 			s1(wp, rb, q, &x[i*cols], cols, &out[i*ostride+t0], q*rb)
 		}
@@ -298,8 +300,8 @@ func quantizeSIMD(dst []byte, x []float32) {
 // third), as four streams of a quarter of the rows each, and returns the
 // first row it left: the last (r1-r0)%4, for the adjacent kernels.
 //
-// Only the products bound by memory have strided kernels: Q8_0's and the
-// plain types' for one to three tokens. Measured on a Zen 3, four
+// Only the products bound by memory have strided kernels: Q8_0's for one
+// to three tokens and the plain types' for one to seven but four. Measured on a Zen 3, four
 // tokens of Q8_0, and Q4_0, the legacy types and the K-quants even for one
 // token, unpack or multiply enough per block to be bound by arithmetic;
 // strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than

@@ -8,10 +8,10 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// One to four tokens of Q8_0, F32, F16 and BF16 weights over row ranges
+// One to eight tokens of Q8_0, F32, F16 and BF16 weights over row ranges
 // of every length mod 4 and at odd offsets, as pool chunks give them: the
 // strided kernels (four streams of a quarter of the range, or of each
-// tile for three Q8_0 tokens and two or three of a plain type; for the
+// tile for three Q8_0 tokens and two to seven of a plain type; for the
 // plain types a multiple of 16 columns only) plus the adjacent
 // kernels' remainder give the Go kernel's bits in every row of the range
 // and write nothing outside it. A stream stored at the wrong row, a stride
@@ -27,7 +27,7 @@ func TestStridedMatchesGo(t *testing.T) {
 			}
 			w, _ := randMatrix(t, rng, typ, 301, cols)
 			nb := cols / 32
-			for n := 1; n <= 4; n++ {
+			for n := 1; n <= 8; n++ {
 				x := randFloats(rng, n*cols)
 				xq := make([]byte, n*nb*xBlockBytes)
 				for i := range n {
