@@ -186,81 +186,80 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	// the better the prefetcher follows them. When the pool splits the
 	// matrix, its chunks (256 KiB at most, chunkRows) bound them to about
 	// 64 KiB each: long enough, and the cap keeps the threads' finishing
-	// times close. Three Q8_0 tokens, and two to seven (but four) of a
-	// plain type, take a pass per token, so they stream tile by tile
-	// (below) and the later passes read from L2.
+	// times close.
 	switch {
 	case s1 != nil && n == 1 && cols%16 == 0:
-		if q := (r1 - r0) / 4; q > 0 {
-			s1(unsafe.Pointer(&w.Data[r0*rb]), rb, q, &x[0], cols, &out[r0], q*rb)
-			r0 += 4 * q
-		}
+		r0 = matPlainStrided(s1, w, rb, r0, r1, x, cols, 1, out, ostride)
 	case w.Type == tensor.Q8_0 && n <= 2:
 		r0 = matQ8Strided(w, rb, r0, r1, xq, nb, n, out, ostride)
 	}
+	// Three Q8_0 tokens, and two to seven (but four) of a plain type, take
+	// a strided pass per token, so they stream tile by tile and the later
+	// passes read from L2. Those plain steps are still bound by memory:
+	// measured at 32000x768, F32 and F16, the strided passes beat the
+	// threes and ones of plainTile, which read two adjacent rows side by
+	// side or one stream, by 1.3-2.1x for two and three tokens, 1.0-1.07x
+	// for five and 1.13-1.39x for six and seven; four tokens of the
+	// four-token kernel, and eight or more, gain nothing.
+	plainTiled := s1 != nil && n >= 2 && n < 8 && n != 4 && cols%16 == 0
 	for t0 := r0; t0 < r1; t0 += tile {
-		rows := min(tile, r1-t0)
-		wp := unsafe.Pointer(&w.Data[t0*rb])
+		t1 := min(r1, t0+tile)
+		rest := t0
+		switch {
+		case plainTiled:
+			rest = matPlainStrided(s1, w, rb, t0, t1, x, cols, n, out, ostride)
+		case w.Type == tensor.Q8_0 && n == 3:
+			rest = matQ8Strided(w, rb, t0, t1, xq, nb, n, out, ostride)
+		}
+		if rest == t1 {
+			continue
+		}
+		wp := unsafe.Pointer(&w.Data[rest*rb])
 		if p1 != nil {
-			plainTile(p1, s1, p3, p4, w, rb, t0, rows, x, cols, n, out, ostride)
+			plainTile(p1, p3, p4, wp, rb, t1-rest, x, cols, n, out[rest:], ostride)
 			continue
 		}
-		if w.Type == tensor.Q8_0 && n == 3 {
-			// Two tokens, then the third from L2, each over the tile's
-			// four streams; what is left of the tile takes the
-			// adjacent kernels.
-			done := matQ8Strided(w, rb, t0, t0+rows, xq, nb, 3, out, ostride)
-			if done < t0+rows {
-				quantTile(q1, q2, q4, unsafe.Pointer(&w.Data[done*rb]), rb, t0+rows-done, xq, nb, 0, n, out[done:], ostride)
-			}
-			continue
-		}
-		quantTile(q1, q2, q4, wp, rb, rows, xq, nb, 0, n, out[t0:], ostride)
+		quantTile(q1, q2, q4, wp, rb, t1-rest, xq, nb, 0, n, out[rest:], ostride)
 	}
 }
 
-// plainTile runs the kernels of a plain type (p1 one token, s1 one token
-// over four streams, p3 and p4 three and four tokens) on rows [t0,
-// t0+rows) of w for n tokens.
-func plainTile(p1 plainX1, s1 plainX1s, p3, p4 plainX4, w *Matrix, rb, t0, rows int, x []float32, cols, n int, out []float32, ostride int) {
-	wp := unsafe.Pointer(&w.Data[t0*rb])
-	if q := rows / 4; s1 != nil && n >= 2 && n < 8 && n != 4 && cols%16 == 0 && q > 0 {
-		// A few tokens are still bound by memory: one pass per token
-		// over the tile's four streams (the later ones from L2) beats
-		// the threes and ones below, which read two adjacent rows side
-		// by side or one stream (measured at 32000x768, F32 and F16:
-		// 1.3-2.1x for two and three tokens, 1.0-1.07x for five,
-		// 1.13-1.39x for six and seven). Four tokens of the four-token
-		// kernel, and eight or more, gain nothing from it.
-		for i := 0; i < n; i++ {
-			s1(wp, rb, q, &x[i*cols], cols, &out[i*ostride+t0], q*rb)
-		}
-		if r := t0 + 4*q; r < t0+rows {
-			wr := unsafe.Pointer(&w.Data[r*rb])
-			for i := 0; i < n; i++ {
-				p1(wr, rb, t0+rows-r, &x[i*cols], cols, &out[i*ostride+r])
-			}
-		}
-		return
-	}
+// plainTile runs the kernels of a plain type (p1, p3 and p4: one, three
+// and four tokens) on rows rows at wp for n tokens. out starts at the
+// tile's first row.
+func plainTile(p1 plainX1, p3, p4 plainX4, wp unsafe.Pointer, rb, rows int, x []float32, cols, n int, out []float32, ostride int) {
 	// Two rows by three tokens keeps the FMA units busier than one row by
 	// four, but a one-token pass rereads the rows for a single token: so
-	// as many threes as leave a multiple of four, then fours, then ones
-	// (for n = 1, 2 and 5).
+	// as many threes as leave a multiple of four, then fours, then ones.
 	i := 0
 	fours := n % 3
 	if 4*fours > n {
 		fours = n / 4
 	}
 	for ; i+3 <= n-4*fours; i += 3 {
-		p3(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride+t0], ostride*4)
+		p3(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride], ostride*4)
 	}
 	for ; i+4 <= n; i += 4 {
-		p4(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride+t0], ostride*4)
+		p4(wp, rb, rows, &x[i*cols], cols*4, cols, &out[i*ostride], ostride*4)
 	}
 	for ; i < n; i++ {
-		p1(wp, rb, rows, &x[i*cols], cols, &out[i*ostride+t0])
+		p1(wp, rb, rows, &x[i*cols], cols, &out[i*ostride])
 	}
+}
+
+// matPlainStrided computes rows [r0, r1) of the product of n tokens with
+// plain weights (cols a multiple of 16) with s1, one pass per token, each
+// as four streams of a quarter of the rows, and returns the first row it
+// left: the last (r1-r0)%4, for the adjacent kernels.
+func matPlainStrided(s1 plainX1s, w *Matrix, rb, r0, r1 int, x []float32, cols, n int, out []float32, ostride int) int {
+	q := (r1 - r0) / 4
+	if q == 0 {
+		return r0
+	}
+	wp := unsafe.Pointer(&w.Data[r0*rb])
+	for i := 0; i < n; i++ {
+		s1(wp, rb, q, &x[i*cols], cols, &out[i*ostride+r0], q*rb)
+	}
+	return r0 + 4*q
 }
 
 // quantTile runs the four-row kernels on rows rows at wp for tokens
@@ -301,11 +300,12 @@ func quantizeSIMD(dst []byte, x []float32) {
 // first row it left: the last (r1-r0)%4, for the adjacent kernels.
 //
 // Only the products bound by memory have strided kernels: Q8_0's for one
-// to three tokens and the plain types' for one to seven but four. Measured on a Zen 3, four
-// tokens of Q8_0, and Q4_0, the legacy types and the K-quants even for one
-// token, unpack or multiply enough per block to be bound by arithmetic;
-// strided Q8_0 four-token and Q4_0 one-token kernels ran no faster than
-// the adjacent ones.
+// to three tokens and the plain types' for one to seven but four
+// (matPlainStrided). Measured on a Zen 3, four tokens of Q8_0, and Q4_0,
+// the legacy types and the K-quants even for one token, unpack or
+// multiply enough per block to be bound by arithmetic; strided Q8_0
+// four-token and Q4_0 one-token kernels ran no faster than the adjacent
+// ones.
 func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb, n int, out []float32, ostride int) int {
 	q := (r1 - r0) / 4
 	if q == 0 {
