@@ -171,13 +171,13 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, promp
 	defer cancel()
 	st, err := s.backend.Submit(ctx, admitted)
 	if err != nil {
-		if cerr := r.Context().Err(); cerr != nil && (errkind.Of(err).Code == "request_cancelled" || errors.Is(err, context.Canceled)) {
+		if e := errkind.Of(err); r.Context().Err() != nil && (e.Code == "request_cancelled" || isDisconnect(e)) {
 			// The client left before the backend took the request, and
 			// the backend refused it for that: record a disconnect
 			// (499), not the backend's failure. A backend that failed
 			// for a reason of its own (a peer down, an integrity
 			// error) in the same moment is still reported as such.
-			s.failBeforeStart(w, r, &outcome{err: errkind.Wrap(errkind.Internal, "client_disconnected", cerr, "the client disconnected")})
+			s.failBeforeStart(w, r, &outcome{err: errkind.Wrap(errkind.Internal, "client_disconnected", r.Context().Err(), "the client disconnected")})
 			return
 		}
 		s.writeError(w, r, errkind.Of(err))
