@@ -284,7 +284,7 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	if _, ok := r.seqs[f.Seq]; ok { // and not a duplicate (frame)
 		return r.fail(out, errf(errkind.Integrity, CodeCoverage, "two different frames with seq %d", f.Seq), true)
 	}
-	key := frameKey{tf, tt, lf, lt, f.dataCRC()}
+	key := keyOf(f)
 	L := r.res.Layers
 	for t := tf; t < tt; t++ {
 		for l := lf; l < lt; l++ {
@@ -338,12 +338,17 @@ func creditStep(reserved, sender int) uint32 {
 }
 
 // duplicate reports whether f is byte for byte the DATA frame already
-// received under its seq. The frame's CRC (verified when it was decoded)
-// identifies its bytes as well as a checksum of the payload would,
-// without reading the payload again.
+// received under its seq (keyOf).
 func (r *Receiver) duplicate(f *Frame) bool {
 	old, ok := r.seqs[f.Seq]
-	return ok && old == frameKey{int(f.TokFrom), int(f.TokTo), int(f.LayerFrom), int(f.LayerTo), f.dataCRC()}
+	return ok && old == keyOf(f)
+}
+
+// keyOf is the key a DATA frame is recorded under: its ranges and its
+// CRC, verified when it was decoded, which identifies its bytes as well
+// as a checksum of the payload would without reading the payload again.
+func keyOf(f *Frame) frameKey {
+	return frameKey{int(f.TokFrom), int(f.TokTo), int(f.LayerFrom), int(f.LayerTo), f.dataCRC()}
 }
 
 func (r *Receiver) creditFrame() SendFrame {
