@@ -35,6 +35,10 @@ type Seq struct {
 	// written[layer] is a bitmap of written positions beyond it.
 	filled  []int
 	written [][]uint64
+	// sealTable and sealSums are Seal's scratch, reused so that a
+	// prefill's forward pass does not allocate per layer.
+	sealTable []entry
+	sealSums  []uint32
 }
 
 var _ model.SeqCache = (*Seq)(nil)

@@ -103,7 +103,8 @@ func (p *Pool) unsealPage(i int32) {
 // the 110M shape is 3 MB per layer): only the sequence's owner writes its
 // positions, and it is the caller, so nothing changes them in between. A
 // page whose tag moved on meanwhile (the sequence freed under the caller)
-// gets no checksum.
+// gets no checksum. Seal is called by the sequence's owner only, one call
+// at a time (it reuses the sequence's scratch).
 func (s *Seq) Seal(layer, from, to int) error {
 	p := s.pool
 	if !p.cfg.Checksums {
@@ -117,12 +118,14 @@ func (s *Seq) Seal(layer, from, to int) error {
 	if err == nil {
 		err = s.checkOwnRange(from, to)
 	}
-	table := slices.Clone(s.table)
+	s.sealTable = append(s.sealTable[:0], s.table...)
+	table := s.sealTable
 	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	sums := make([]uint32, 2*(to-from))
+	s.sealSums = slices.Grow(s.sealSums[:0], 2*(to-from))[:2*(to-from)]
+	sums := s.sealSums
 	p.sumRange(sums, table, layer, from, to)
 	p.mu.Lock()
 	defer p.mu.Unlock()
