@@ -25,3 +25,8 @@ func hasQ8MinSIMD(data []byte) bool { panic("kernels: no SIMD kernels on this ar
 
 // gemmInterleave is nil here: there is no eight-token kernel to feed.
 func gemmInterleave(dst []byte, ps []Product, xq []byte, n int) []byte { return nil }
+
+const peakQ8MACs, peakF32MACs = 0, 0
+
+func peakQ8(rounds int)  { panic("kernels: no SIMD kernels on this architecture") }
+func peakF32(rounds int) { panic("kernels: no SIMD kernels on this architecture") }

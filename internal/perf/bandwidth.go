@@ -1,9 +1,12 @@
-// Package perf measures the machine: memory read bandwidth, the physical
-// limit that single-stream decode speed is judged against.
+// Package perf measures the machine's two physical limits: memory read
+// bandwidth, which single-stream decode speed is judged against, and the
+// arithmetic ceiling of the batched products (MACRate), which prefill and
+// batched decode are judged against.
 //
-// It owns no model code; it reads a buffer far larger than the caches, as a
-// forward pass reads weights, so that "fraction of bandwidth reached" means
-// the same thing on every machine.
+// It owns no model code. It reads a buffer far larger than the caches, as a
+// forward pass reads weights, and it times the kernels' own innermost
+// instruction sequence with its operands in L1, so that "fraction of the
+// bound reached" means the same thing on every machine.
 package perf
 
 import (

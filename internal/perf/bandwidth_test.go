@@ -1,6 +1,11 @@
 package perf
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
 
 func TestReadBandwidthIsPlausible(t *testing.T) {
 	bw := ReadBandwidth(64<<20, 1, 2)
@@ -8,5 +13,20 @@ func TestReadBandwidthIsPlausible(t *testing.T) {
 	// broken (the reads were skipped, or the clock was), not the machine.
 	if bw < 1e8 || bw > 1e12 {
 		t.Fatalf("read bandwidth %.3g B/s is implausible", bw)
+	}
+}
+
+func TestMACRateIsPlausible(t *testing.T) {
+	for _, typ := range []tensor.DType{tensor.Q8_0, tensor.F32} {
+		r1 := MACRate(typ, 1, 2)
+		if r1 == 0 {
+			t.Skipf("no SIMD kernels in this build (%s)", kernels.Features())
+		}
+		// A core of any machine these kernels run on multiplies between
+		// 1 and 1,000 G values a second; outside that the loop was skipped
+		// or the count is wrong.
+		if r1 < 1e9 || r1 > 1e12 {
+			t.Fatalf("%s: %.3g multiply-adds/s on one thread is implausible", typ, r1)
+		}
 	}
 }
