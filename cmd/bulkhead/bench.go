@@ -64,6 +64,18 @@ type modelBench struct {
 	BandwidthFractionWithKV float64 `json:"bandwidth_fraction_with_kv"`
 	StartToFirstTokenMS     float64 `json:"start_to_first_token_ms"`
 
+	// MACCeilingPerS is the arithmetic ceiling of the batched products for
+	// these weights on these threads (perf.MACRate), measured right before
+	// and right after each rep's prefill; PrefillMACsPerS is the best
+	// prefill's multiply-adds per second (matrix products only), and
+	// PrefillCeilingFractionReps each rep's against its own ceiling, with
+	// PrefillCeilingFraction their median. Prefill is bound by arithmetic
+	// as decode is by bandwidth. Absent in builds without SIMD kernels.
+	MACCeilingPerS             float64   `json:"mac_ceiling_per_s,omitempty"`
+	PrefillMACsPerS            float64   `json:"prefill_macs_per_s,omitempty"`
+	PrefillCeilingFraction     float64   `json:"prefill_ceiling_fraction,omitempty"`
+	PrefillCeilingFractionReps []float64 `json:"prefill_ceiling_fraction_reps,omitempty"`
+
 	// The llama.cpp peer on the same file and thread count, when --peer.
 	Peer              *peer.BenchResult `json:"llama_cpp,omitempty"`
 	PrefillVsLlamaCpp float64           `json:"prefill_vs_llama_cpp,omitempty"`
@@ -123,14 +135,20 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	sample.Greedy(logits)
 	res.StartToFirstTokenMS = float64(time.Since(start).Microseconds()) / 1000
 
-	var prefill, decode, bw []float64
+	layerMACs, outMACs := m.MACsPerToken()
+	// A prompt's pass runs the layers for every token and the classifier
+	// for the last one only.
+	macsPerPrompt := float64(int64(*promptN)*layerMACs + outMACs)
+	var prefill, decode, bw, ceil []float64
 	for rep := 0; rep < *reps; rep++ {
 		seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
+		before := perf.MACRate(m.WeightType, pool.Threads(), 3)
 		t0 := time.Now()
 		if err := r.Forward([]*model.Seq{seq}); err != nil {
 			return err
 		}
 		prefill = append(prefill, float64(*promptN)/time.Since(t0).Seconds())
+		ceil = append(ceil, (before+perf.MACRate(m.WeightType, pool.Threads(), 3))/2)
 		// Decode as llama-bench's tg test and the llama.cpp peer measure
 		// it: one sequence, one token per step, from a context holding
 		// only the first token, so both sides read the same KV.
@@ -142,7 +160,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		// The machine's bandwidth drifts within seconds, so the decode is
 		// judged against the mean of measurements taken right before and
 		// right after it.
-		before := perf.ReadBandwidth(512<<20, pool.Threads(), 3)
+		before = perf.ReadBandwidth(512<<20, pool.Threads(), 3)
 		t0 = time.Now()
 		for i := 0; i < *genN; i++ {
 			seq.Tokens, seq.Pos = tok, 1+i
@@ -166,6 +184,14 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	res.BandwidthFractionWithKV = res.BandwidthFraction * float64(res.WeightBytesPerToken+res.KVBytesPerToken) / float64(res.WeightBytesPerToken)
 	res.ReadBandwidthBytesPS = median(bw)
 	res.DecodeBandwidthBytesS = res.DecodeTokensPerS * float64(res.WeightBytesPerToken)
+	if ceil[0] > 0 {
+		for i := range prefill {
+			res.PrefillCeilingFractionReps = append(res.PrefillCeilingFractionReps, prefill[i]*macsPerPrompt/float64(*promptN)/ceil[i])
+		}
+		res.PrefillCeilingFraction = median(res.PrefillCeilingFractionReps)
+		res.MACCeilingPerS = median(ceil)
+		res.PrefillMACsPerS = res.PrefillTokensPerS * macsPerPrompt / float64(*promptN)
+	}
 	if *withPeer {
 		if mf.model == "" || mf.tokenizer != "" {
 			return usagef("--peer needs a GGUF --model (llama.cpp reads GGUF only); make one with 'bulkhead convert'")
@@ -189,6 +215,11 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before and after each rep's decode; best decode reads %.1f GB/s\n",
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
 	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s); %.0f%% counting the KV cache's bytes\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps), 100*res.BandwidthFractionWithKV)
+	if res.MACCeilingPerS > 0 {
+		fmt.Fprintf(stdout, "arithmetic       best prefill multiplies %.1f G values/s; the batched %s products' ceiling is %.1f G/s median, measured with %d threads before and after each rep's prefill\n",
+			res.PrefillMACsPerS/1e9, res.WeightType, res.MACCeilingPerS/1e9, res.Threads)
+		fmt.Fprintf(stdout, "of ceiling       %.0f%% median of each rep's prefill against its own ceiling (%s)\n", 100*res.PrefillCeilingFraction, percents(res.PrefillCeilingFractionReps))
+	}
 	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)
 	if p := res.Peer; p != nil {
 		fmt.Fprintf(stdout, "llama.cpp        prefill %.1f tokens/s, decode %.1f tokens/s (%s)\n", p.PrefillTokensPerS, p.DecodeTokensPerS, p.Version)

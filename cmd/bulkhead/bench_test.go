@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -32,6 +33,16 @@ func TestBenchModelJSON(t *testing.T) {
 	// positions, 5 on average (rounded down), of 2×5×32 float32s each.
 	if want := int64(5 * 2 * 5 * 32 * 4); res.KVBytesPerToken != want || res.BandwidthFractionWithKV <= res.BandwidthFraction {
 		t.Fatalf("KV bytes per token %d (want %d), fraction with KV %v against %v without", res.KVBytesPerToken, want, res.BandwidthFractionWithKV, res.BandwidthFraction)
+	}
+	// Prefill against the arithmetic ceiling, where the build has SIMD
+	// kernels to measure one: 16 tokens through stories260K's layers
+	// (226,560 multiply-adds each) and its classifier once (32,768).
+	if res.MACCeilingPerS > 0 {
+		perToken := float64(16*226560+32768) / 16
+		if len(res.PrefillCeilingFractionReps) != 2 || res.PrefillCeilingFraction <= 0 ||
+			math.Abs(res.PrefillMACsPerS-res.PrefillTokensPerS*perToken) > 1e-6*res.PrefillMACsPerS {
+			t.Fatalf("prefill %v MAC/s (want %v × %v), ceiling fractions %v", res.PrefillMACsPerS, res.PrefillTokensPerS, perToken, res.PrefillCeilingFractionReps)
+		}
 	}
 	for _, args := range [][]string{
 		{"bench", "model", "--reps", "0"},

@@ -181,3 +181,17 @@ func TestFingerprint(t *testing.T) {
 		t.Fatal("a changed norm weight kept the fingerprint")
 	}
 }
+
+// TestMACsPerToken: stories260K's products, counted from its published
+// shape (dim 64, hidden 172, 5 layers, KV dimension 32, vocab 512).
+func TestMACsPerToken(t *testing.T) {
+	m, err := defaultOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, out := m.MACsPerToken()
+	perLayer := int64(64*64 + 32*64 + 32*64 + 64*64 + 3*172*64) // Q, K, V, O, gate, up, down
+	if layers != 5*perLayer || out != 512*64 {
+		t.Fatalf("MACsPerToken = %d, %d; want %d, %d", layers, out, 5*perLayer, 512*64)
+	}
+}

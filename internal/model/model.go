@@ -75,6 +75,22 @@ func (m *Model) WeightBytesPerToken() int64 {
 	return n
 }
 
+// MACsPerToken returns the multiply-adds of the matrix products for one
+// token: those of every layer's seven products, and those of the
+// classifier, which a prompt pays only for the tokens that need logits.
+// Attention's are left out, since they grow with the position. With a
+// measured arithmetic ceiling (perf.MACRate) they bound prefill and
+// batched decode as WeightBytesPerToken and the read bandwidth bound
+// single-stream decode.
+func (m *Model) MACsPerToken() (layers, classifier int64) {
+	macs := func(w *kernels.Matrix) int64 { return int64(w.Rows) * int64(w.Cols) }
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		layers += macs(&l.Q) + macs(&l.K) + macs(&l.V) + macs(&l.O) + macs(&l.Gate) + macs(&l.Up) + macs(&l.Down)
+	}
+	return layers, macs(&m.Output)
+}
+
 // matrix builds a kernels.Matrix over a tensor after checking it has the
 // shape the config implies.
 func matrix(t *tensor.Tensor, rows, cols int) (kernels.Matrix, error) {
