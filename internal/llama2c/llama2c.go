@@ -93,7 +93,9 @@ func Parse(name string, data []byte) (*Checkpoint, error) {
 	take("token_embd.weight", D, V)
 	// Each per-layer array is stored for all layers at once; split it.
 	perLayer := func(suffix string, shape ...int) {
-		for l := 0; l < L; l++ {
+		// Stop at the first error: a corrupt header may claim a million
+		// layers, and naming each one's tensor would take seconds.
+		for l := 0; l < L && err == nil; l++ {
 			take(fmt.Sprintf("blk.%d.%s", l, suffix), shape...)
 		}
 	}
