@@ -216,7 +216,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
 	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s); %.0f%% counting the KV cache's bytes\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps), 100*res.BandwidthFractionWithKV)
 	if res.MACCeilingPerS > 0 {
-		fmt.Fprintf(stdout, "arithmetic       best prefill multiplies %.1f G values/s; the batched %s products' ceiling is %.1f G/s median, measured with %d threads before and after each rep's prefill\n",
+		fmt.Fprintf(stdout, "arithmetic       best prefill does %.1f G multiply-adds/s in its products; the ceiling of %s products is %.1f G/s median, measured with %d threads before and after each rep's prefill\n",
 			res.PrefillMACsPerS/1e9, res.WeightType, res.MACCeilingPerS/1e9, res.Threads)
 		fmt.Fprintf(stdout, "of ceiling       %.0f%% median of each rep's prefill against its own ceiling (%s)\n", 100*res.PrefillCeilingFraction, percents(res.PrefillCeilingFractionReps))
 	}
