@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/audit"
+	"github.com/bulkhead-llm/bulkhead/internal/loadgen"
+)
+
+func init() {
+	register("audit", "black-box leak audit of an OpenAI-compatible endpoint: canaries, solo equivalence, over-limit prompts", runAudit)
+}
+
+// tenantKeyFlags collects repeated --key NAME=APIKEY flags, in order.
+type tenantKeyFlags struct {
+	names []string
+	keys  map[string]string
+}
+
+func (f *tenantKeyFlags) String() string { return strings.Join(f.names, ",") } // names only, never keys
+
+func (f *tenantKeyFlags) Set(v string) error {
+	name, key, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return errors.New("want NAME=APIKEY (or NAME=env:VARIABLE)")
+	}
+	if env, ok := strings.CutPrefix(key, "env:"); ok {
+		key = os.Getenv(env)
+		if key == "" {
+			return fmt.Errorf("tenant %q: environment variable %s is empty or unset", name, env)
+		}
+	}
+	if key == "" {
+		return fmt.Errorf("tenant %q has an empty API key", name)
+	}
+	if _, dup := f.keys[name]; dup {
+		return fmt.Errorf("tenant %q is given twice", name)
+	}
+	if f.keys == nil {
+		f.keys = map[string]string{}
+	}
+	f.names = append(f.names, name)
+	f.keys[name] = key
+	return nil
+}
+
+// runAudit is `bulkhead audit`: a black-box leak audit of any
+// OpenAI-compatible endpoint. The work is in package audit; this file
+// turns flags into a plan, runs it through an HTTP client, and prints the
+// report. Exit status: 0 when no check failed, 1 when one did or the audit
+// could not run, 2 for a usage error.
+func runAudit(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("audit", stderr)
+	var keys tenantKeyFlags
+	target := fs.String("target", "", "base URL of the endpoint, like http://127.0.0.1:8080 (required)")
+	fs.Var(&keys, "key", "a tenant as NAME=APIKEY, or NAME=env:VARIABLE to read the key from the environment; at least two")
+	modelName := fs.String("model", "", "model to request (default: the first one GET /v1/models lists)")
+	rounds := fs.Int("rounds", 3, "rounds of concurrent mixed traffic")
+	concurrency := fs.Int("concurrency", 8, "requests in flight during the mixed traffic")
+	seed := fs.Uint64("seed", 1, "seed of the canary markers and of the mixed order")
+	contextLen := fs.Int("context-len", 0, fmt.Sprintf("the endpoint's context length in tokens; over-limit prompts are one token longer (default: %d-token prompts)", audit.DefaultOverLength))
+	timeout := fs.Duration("timeout", 60*time.Second, "deadline of each request, to the end of its body")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *target == "" {
+		return usagef("--target is required, like --target http://127.0.0.1:8080")
+	}
+	if len(keys.names) < 2 {
+		return usagef("an audit needs at least two tenants, got %d: pass --key NAME=APIKEY once per tenant", len(keys.names))
+	}
+	base, err := loadgen.CheckTarget(*target, true)
+	if err != nil {
+		return usagef("--target: %v", err)
+	}
+	if *concurrency < 1 || *concurrency > loadgen.MaxConcurrency {
+		return usagef("--concurrency %d: want 1 to %d", *concurrency, loadgen.MaxConcurrency)
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout %v: want a positive duration", *timeout)
+	}
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	cfg := audit.Config{Tenants: keys.names, Model: *modelName, Seed: *seed, Rounds: *rounds, ContextLen: *contextLen,
+		Nonce: hex.EncodeToString(nonce[:])}
+	// The flags alone must make a valid plan; the model may still be
+	// unknown, so check with a stand-in.
+	check := cfg
+	if check.Model == "" {
+		check.Model = "any"
+	}
+	if _, err := audit.NewPlan(check); err != nil {
+		return usageError{err}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	client := audit.NewHTTPClient(base, keys.keys, *concurrency)
+	defer client.Close()
+	// Every key first: a refused key is a setup error, not a finding.
+	for _, t := range keys.names {
+		mctx, cancel := context.WithTimeout(ctx, *timeout)
+		models, err := client.Models(mctx, t)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if cfg.Model == "" {
+			if len(models) == 0 {
+				return fmt.Errorf("GET /v1/models lists no model for tenant %q; name one with --model", t)
+			}
+			cfg.Model = models[0]
+		}
+	}
+	plan, err := audit.NewPlan(cfg)
+	if err != nil {
+		return err
+	}
+	results, runErr := audit.Run(ctx, plan, client, audit.Options{Concurrency: *concurrency, Timeout: *timeout})
+	if be := new(audit.BaselineError); errors.As(runErr, &be) {
+		return fmt.Errorf("%w (stopped before any concurrent traffic; no check was judged)", runErr)
+	}
+	rep := audit.Evaluate(plan, results)
+	rep.Target, rep.Concurrency = base.String(), *concurrency
+	if *asJSON {
+		b, err := json.MarshalIndent(&rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+	} else if err := audit.WriteText(stdout, &rep); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if failed := rep.Failed(); len(failed) > 0 {
+		return fmt.Errorf("%d of %d checks failed: %s", len(failed), len(rep.Checks), strings.Join(failed, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// maxBody bounds what the audit reads of one response. A completion of a
+// few dozen tokens is a few kilobytes; anything near this is reported as
+// truncated.
+const maxBody = 4 << 20
+
+// HTTPClient is the Client that talks to a real endpoint over net/http. It
+// holds the tenants' API keys: each request carries its tenant's key as a
+// bearer token, and every key is replaced by "[key]" in whatever the
+// server sends back, so that no key can reach a report.
+type HTTPClient struct {
+	base   *url.URL
+	keys   map[string]string
+	client *http.Client
+}
+
+// NewHTTPClient returns a client for the endpoint at base (scheme, host
+// and any path prefix, without /v1), with each tenant's key. It never
+// follows a redirect: a 3xx is answered as it is, so a key only ever goes
+// to base's host.
+func NewHTTPClient(base *url.URL, keys map[string]string, conns int) *HTTPClient {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         d.DialContext,
+		MaxIdleConns:        max(conns, 2),
+		MaxIdleConnsPerHost: max(conns, 2),
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	k := make(map[string]string, len(keys))
+	for t, v := range keys {
+		k[t] = v
+	}
+	return &HTTPClient{base: base, keys: k, client: &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Close closes idle connections.
+func (h *HTTPClient) Close() { h.client.CloseIdleConnections() }
+
+// Send posts body to ep as tenant and reads the whole response, up to
+// maxBody bytes. It is safe for concurrent use.
+func (h *HTTPClient) Send(ctx context.Context, tenant string, ep Endpoint, body []byte) Response {
+	u := h.base.JoinPath(strings.Split(strings.TrimPrefix(string(ep), "/"), "/")...).String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return Response{Err: h.redact(err.Error())}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	h.authorize(req, tenant)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return Response{Err: h.redact(err.Error())}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	out := Response{Status: resp.StatusCode, Body: h.redactBytes(b)}
+	if len(b) > maxBody {
+		out.Body, out.Truncated = out.Body[:maxBody], true
+	}
+	if err != nil {
+		out.Err = "reading the body: " + h.redact(err.Error())
+	}
+	return out
+}
+
+// Models lists the model ids GET /v1/models returns to tenant. It is also
+// how the command checks every key before the audit starts.
+func (h *HTTPClient) Models(ctx context.Context, tenant string) ([]string, error) {
+	u := h.base.JoinPath("v1", "models").String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	h.authorize(req, tenant)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %q: GET %s: %s", tenant, u, h.redact(err.Error()))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("tenant %q: GET %s: reading the body: %s", tenant, u, h.redact(err.Error()))
+	}
+	b = h.redactBytes(b)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		_, msg := errorOf(b)
+		return nil, fmt.Errorf("the endpoint refused tenant %q's API key: GET %s answered %s: %s; check --key %s=...",
+			tenant, u, resp.Status, clip(msg, 200), tenant)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("tenant %q: GET %s answered %s: %s", tenant, u, resp.Status, clip(string(bytes.TrimSpace(b)), 200))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("tenant %q: GET %s: not a model list: %v", tenant, u, err)
+	}
+	var ids []string
+	for _, d := range list.Data {
+		if d.ID != "" {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids, nil
+}
+
+func (h *HTTPClient) authorize(req *http.Request, tenant string) {
+	if k := h.keys[tenant]; k != "" {
+		req.Header.Set("Authorization", "Bearer "+k)
+	}
+}
+
+// redact replaces every key in s by "[key]".
+func (h *HTTPClient) redact(s string) string {
+	for _, k := range h.keys {
+		if k != "" {
+			s = strings.ReplaceAll(s, k, "[key]")
+		}
+	}
+	return s
+}
+
+func (h *HTTPClient) redactBytes(b []byte) []byte {
+	for _, k := range h.keys {
+		if k != "" && bytes.Contains(b, []byte(k)) {
+			b = bytes.ReplaceAll(b, []byte(k), []byte("[key]"))
+		}
+	}
+	return b
+}
