@@ -59,6 +59,9 @@ func New(opts Options) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
+	if err := checkRecursion(src); err != nil {
+		return nil, err
+	}
 	var specials []string
 	for _, s := range opts.Specials {
 		if s != "" {
@@ -165,6 +168,7 @@ func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.E
 	for k, v := range data {
 		vals[k] = jinja.FromGoValue(v)
 	}
+	vals["range"] = jinja.NewCallable("range", boundedRange)
 	vals["raise_exception"] = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		msg := "the chat template rejected the conversation"
 		if len(args) > 0 {

@@ -1,0 +1,164 @@
+package chat
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// A chat template comes from the model file, and the Jinja engine has no
+// limits of its own: a macro that calls itself overflows the goroutine
+// stack, which kills the whole process (a fatal error, not a panic), and
+// range(10**12) builds a list until memory runs out. The guards below
+// turn both into errors: recursion at New, so the server refuses the
+// model at start with a message, and a range too long at render time.
+
+// maxRangeItems bounds the list one call of range() may build; chat
+// templates loop over messages, not over numbers, and use range, when at
+// all, for a handful of items.
+const maxRangeItems = 1 << 16
+
+var (
+	macroDef   = regexp.MustCompile(`\{%[-+]?\s*macro\s+([A-Za-z_]\w*)`)
+	macroEnd   = regexp.MustCompile(`\{%[-+]?\s*endmacro`)
+	setAlias   = regexp.MustCompile(`\{%[-+]?\s*set\s+([A-Za-z_]\w*)\s*=([^%]*)%\}`)
+	identifier = regexp.MustCompile(`[A-Za-z_]\w*`)
+)
+
+// checkRecursion refuses a template in which a macro can reach itself:
+// directly, through other macros, or through a name set to one of them.
+// It reads the source, not the engine's syntax tree, and errs towards
+// refusing: a macro whose body merely mentions its own name (in a string,
+// say) is refused too. Real chat templates have no recursive macros.
+func checkRecursion(src string) error {
+	defs := macroDef.FindAllStringSubmatchIndex(src, -1)
+	if len(defs) == 0 {
+		return nil
+	}
+	bodies := map[string]string{}
+	for i, d := range defs {
+		name := src[d[2]:d[3]]
+		end := len(src)
+		if i+1 < len(defs) {
+			end = defs[i+1][0]
+		}
+		if e := macroEnd.FindStringIndex(src[d[1]:end]); e != nil {
+			end = d[1] + e[0]
+		}
+		bodies[name] += src[d[1]:end]
+	}
+	// A name set to an expression mentioning a macro may stand for it.
+	alias := map[string][]string{}
+	for _, m := range setAlias.FindAllStringSubmatch(src, -1) {
+		for _, id := range identifier.FindAllString(m[2], -1) {
+			if _, ok := bodies[id]; ok {
+				alias[m[1]] = append(alias[m[1]], id)
+			}
+		}
+	}
+	calls := map[string][]string{}
+	for name, body := range bodies {
+		for _, id := range identifier.FindAllString(body, -1) {
+			if _, ok := bodies[id]; ok {
+				calls[name] = append(calls[name], id)
+			}
+			calls[name] = append(calls[name], alias[id]...)
+		}
+	}
+	names := make([]string, 0, len(bodies))
+	for n := range bodies {
+		names = append(names, n)
+	}
+	sort.Strings(names) // the same template always names the same cycle
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := map[string]int{}
+	var path []string
+	var visit func(string) []string
+	visit = func(n string) []string {
+		switch state[n] {
+		case onPath:
+			for i, p := range path {
+				if p == n {
+					return append(append([]string(nil), path[i:]...), n)
+				}
+			}
+		case done:
+			return nil
+		}
+		state[n] = onPath
+		path = append(path, n)
+		for _, c := range calls[n] {
+			if cycle := visit(c); cycle != nil {
+				return cycle
+			}
+		}
+		path = path[:len(path)-1]
+		state[n] = done
+		return nil
+	}
+	for _, n := range names {
+		if cycle := visit(n); cycle != nil {
+			return fmt.Errorf("chat template: macro %s can call itself (%s); recursive templates are refused because the template engine has no depth limit and would crash the server",
+				cycle[0], strings.Join(cycle, " -> "))
+		}
+	}
+	return nil
+}
+
+// boundedRange is Jinja's range(), refusing to build more than
+// maxRangeItems items.
+func boundedRange(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	var n [3]int64
+	for i, a := range args {
+		if i >= 3 {
+			break
+		}
+		switch {
+		case a.IsInt():
+			n[i] = a.AsInt()
+		case a.IsFloat() && !math.IsNaN(a.AsFloat()) && math.Abs(a.AsFloat()) < 1<<62:
+			n[i] = int64(a.AsFloat())
+		case a.IsBool():
+			if a.AsBool() {
+				n[i] = 1
+			}
+		default:
+			return jinja.Undefined(), fmt.Errorf("range: argument %d is %s, not a number", i+1, a.String())
+		}
+	}
+	start, stop, step := int64(0), int64(0), int64(1)
+	switch len(args) {
+	case 1:
+		stop = n[0]
+	case 2:
+		start, stop = n[0], n[1]
+	case 3:
+		start, stop, step = n[0], n[1], n[2]
+	default:
+		return jinja.Undefined(), fmt.Errorf("range: expected 1 to 3 arguments, got %d", len(args))
+	}
+	if step == 0 {
+		return jinja.Undefined(), fmt.Errorf("range: step must not be zero")
+	}
+	// The count in floating point: exact enough to compare with the
+	// bound, and free of the overflow int64 arithmetic would risk.
+	count := math.Ceil((float64(stop) - float64(start)) / float64(step))
+	if count > maxRangeItems {
+		return jinja.Undefined(), fmt.Errorf("range: %.0f items is more than the %d a chat template may build", count, maxRangeItems)
+	}
+	// Counted, not compared with stop: a step near the int64 limit would
+	// wrap past stop and never end.
+	items := make([]jinja.Value, 0, max(0, int(count)))
+	for k := int64(0); k < int64(count); k++ {
+		items = append(items, jinja.NewInt(start+k*step))
+	}
+	return jinja.NewList(items), nil
+}

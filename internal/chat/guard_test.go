@@ -1,0 +1,63 @@
+package chat
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRecursiveMacrosRefused: a template whose macros can reach
+// themselves would overflow the stack at the first chat request and kill
+// the process; New refuses it with the cycle named. Without the check,
+// this test dies of a fatal stack overflow rather than failing.
+func TestRecursiveMacrosRefused(t *testing.T) {
+	for _, c := range []struct{ src, cycle string }{
+		{`{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}`, "f -> f"},
+		{`{%- macro a() -%}{{ b() }}{%- endmacro -%}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}`, "a -> b -> a"},
+		{`{% macro f() %}{{ g() }}{% endmacro %}{% set g = f %}{{ f() }}`, "f -> f"},
+		{`{% macro f() %}{% call f() %}x{% endcall %}{% endmacro %}{{ f() }}`, "f -> f"},
+	} {
+		_, err := New(Options{Source: c.src})
+		if err == nil || !strings.Contains(err.Error(), c.cycle) {
+			t.Errorf("%s: got %v, want a refusal naming %q", c.src, err, c.cycle)
+		}
+	}
+	// Macros that call each other without a cycle are fine, and render.
+	tmpl, err := New(Options{Source: `{% macro wrap(s) %}[{{ s }}]{% endmacro %}{% macro both(a, b) %}{{ wrap(a) }}{{ wrap(b) }}{% endmacro %}{% for m in messages %}{{ both(m.role, m.content) }}{% endfor %}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Text(render(t, tmpl, []Message{{Role: "user", Content: "hi"}}, false)); got != "[user][hi]" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// TestRangeBounded: range() keeps Jinja's meaning up to maxRangeItems
+// items and refuses more, instead of building a list until memory runs
+// out.
+func TestRangeBounded(t *testing.T) {
+	for src, want := range map[string]string{
+		`{% for i in range(3) %}{{ i }}{% endfor %}`:                                               "012",
+		`{% for i in range(2, 5) %}{{ i }}{% endfor %}`:                                            "234",
+		`{% for i in range(5, 0, -2) %}{{ i }}{% endfor %}`:                                        "531",
+		`{% for i in range(3, 1) %}{{ i }}{% endfor %}x`:                                           "x",
+		`{{ range(65536)|length }}`:                                                                "65536",
+		`{% for i in range(0, 9223372036854775807, 4611686018427387904) %}{{ i > 0 }}{% endfor %}`: "FalseTrue",
+	} {
+		tmpl, err := New(Options{Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Text(render(t, tmpl, nil, false)); got != want {
+			t.Errorf("%s: got %q, want %q", src, got, want)
+		}
+	}
+	for _, src := range []string{`{{ range(65537)|length }}`, `{% for i in range(1000000000000) %}{% endfor %}`, `{{ range(0, 1, 0) }}`} {
+		tmpl, err := New(Options{Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rerr := tmpl.Render(nil, false); rerr == nil {
+			t.Errorf("%s rendered", src)
+		}
+	}
+}
