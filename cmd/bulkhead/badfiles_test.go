@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,5 +107,34 @@ func TestUsageErrors(t *testing.T) {
 		if _, errOut, code := runCLI(t, args...); code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 with a message", args, code, errOut)
 		}
+	}
+}
+
+// TestServeRefusesRecursiveTemplate: a model file whose chat template has
+// a macro that calls itself would crash the server with a stack overflow
+// at the first chat request; serve refuses to start instead, naming the
+// file's template and the cycle.
+func TestServeRefusesRecursiveTemplate(t *testing.T) {
+	good, err := os.ReadFile(convertEmbedded(t, "f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := append(f.KVs, gguf.KV{Key: "tokenizer.chat_template", Value: `{% macro turn(m) %}{{ turn(m) }}{% endmacro %}{% for m in messages %}{{ turn(m) }}{% endfor %}`})
+	var buf bytes.Buffer
+	if err := gguf.Write(&buf, kvs, f.Tensors); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(t.TempDir(), "recursive.gguf")
+	if err := os.WriteFile(model, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeConfig(t, fmt.Sprintf("model: %s\ncontext_len: 256\nmax_input_tokens: 200\nkv:\n  page_size: 16\n  pages: 64\n", model))
+	_, errOut, code := runCLI(t, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
+	if code == 0 || !strings.Contains(errOut, "turn -> turn") || !strings.Contains(errOut, "chat template") {
+		t.Fatalf("exit %d, stderr %q; want a refusal naming the cycle", code, errOut)
 	}
 }
