@@ -21,18 +21,50 @@ func init() {
 	register("audit", "black-box leak audit of an OpenAI-compatible endpoint: canaries, solo equivalence, over-limit prompts", runAudit)
 }
 
+// minAuditKeyLen is the shortest API key the audit takes. Every key is
+// removed from what the endpoint sends back; a shorter one would remove
+// pieces of ordinary text too, and of the canary markers the audit looks
+// for, hiding a leak.
+const minAuditKeyLen = 8
+
 // tenantKeyFlags collects repeated --key NAME=APIKEY flags, in order.
 type tenantKeyFlags struct {
 	names []string
 	keys  map[string]string
+	// err is the first bad flag's. Set records it and returns nil: the
+	// flag package would print the flag's value, the key, with an error.
+	err error
 }
 
 func (f *tenantKeyFlags) String() string { return strings.Join(f.names, ",") } // names only, never keys
 
 func (f *tenantKeyFlags) Set(v string) error {
+	if err := f.set(v); err != nil && f.err == nil {
+		f.err = fmt.Errorf("--key: %w", err)
+	}
+	return nil
+}
+
+// check reports the first bad --key, or two tenants with one key.
+func (f *tenantKeyFlags) check() error {
+	if f.err != nil {
+		return f.err
+	}
+	owner := map[string]string{}
+	for _, n := range f.names {
+		if o, ok := owner[f.keys[n]]; ok {
+			return fmt.Errorf("tenants %q and %q have the same API key: the endpoint would see one tenant, so nothing could cross between them", o, n)
+		}
+		owner[f.keys[n]] = n
+	}
+	return nil
+}
+
+func (f *tenantKeyFlags) set(v string) error {
 	name, key, ok := strings.Cut(v, "=")
-	if !ok || name == "" {
-		return errors.New("want NAME=APIKEY (or NAME=env:VARIABLE)")
+	// A key without NAME= may still hold a '=': base64 padding is one.
+	if !ok || name == "" || key != "" && strings.Trim(key, "=") == "" {
+		return errors.New("want NAME=APIKEY (or NAME=env:VARIABLE); the value is not shown, as it may be a key")
 	}
 	if env, ok := strings.CutPrefix(key, "env:"); ok {
 		key = os.Getenv(env)
@@ -42,6 +74,9 @@ func (f *tenantKeyFlags) Set(v string) error {
 	}
 	if key == "" {
 		return fmt.Errorf("tenant %q has an empty API key", name)
+	}
+	if len(key) < minAuditKeyLen {
+		return fmt.Errorf("tenant %q's API key is %d characters; the audit needs at least %d, as it removes every key from what the endpoint sends back", name, len(key), minAuditKeyLen)
 	}
 	if _, dup := f.keys[name]; dup {
 		return fmt.Errorf("tenant %q is given twice", name)
@@ -73,6 +108,9 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := keys.check(); err != nil {
+		return usageError{err}
 	}
 	if *target == "" {
 		return usagef("--target is required, like --target http://127.0.0.1:8080")

@@ -145,10 +145,10 @@ func TestAudit(t *testing.T) {
 			want string
 		}{
 			{[]string{"--target", p.base, "--key", "acme=" + auditKeys["acme"]}, "at least two tenants, got 1"},
-			{[]string{"--key", "a=x", "--key", "b=y"}, "--target is required"},
-			{[]string{"--target", p.base, "--key", "a=x", "--key", "a=y"}, `tenant "a" is given twice`},
-			{[]string{"--target", p.base, "--key", "a=x", "--key", "b c=y"}, `tenant name "b c"`},
-			{[]string{"--target", p.base, "--key", "a=x", "--key", "b=y", "--rounds", "0"}, "0 rounds"},
+			{[]string{"--key", "a=sk-key-of-a", "--key", "b=sk-key-of-b"}, "--target is required"},
+			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "a=sk-key-of-b"}, `tenant "a" is given twice`},
+			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "b c=sk-key-of-b"}, `tenant name "b c"`},
+			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "b=sk-key-of-b", "--rounds", "0"}, "0 rounds"},
 		} {
 			var stdout, stderr strings.Builder
 			if code := run(append([]string{"audit"}, c.args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
@@ -204,4 +204,35 @@ func TestAuditDisagg(t *testing.T) {
 	}
 	pair.d.waitNoLeak(t, "decode after the audit")
 	pair.p.waitNoLeak(t, "prefill after the audit")
+}
+
+// TestAuditKeyFlags: a bad --key is a usage error that never prints the
+// key, and keys that cannot make a meaningful audit are refused: one key
+// for two tenants (the endpoint would see one tenant), or a key too short
+// to remove from what the endpoint sends back without also removing parts
+// of ordinary text and of canary markers.
+func TestAuditKeyFlags(t *testing.T) {
+	const secret = "sk-supersecret-0123456789"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--key", secret, "--key", "b=sk-other-0123456789"}, "want NAME=APIKEY"},
+		{[]string{"--key", secret + "==", "--key", "b=sk-other-0123456789"}, "want NAME=APIKEY"}, // base64 padding
+		{[]string{"--key", "a=" + secret, "--key", "a=" + secret + "x"}, `tenant "a" is given twice`},
+		{[]string{"--key", "a=" + secret, "--key", "b=" + secret}, `tenants "a" and "b" have the same API key`},
+		{[]string{"--key", "a=" + secret, "--key", "b=ab12"}, `tenant "b"'s API key is 4 characters`},
+	} {
+		var stdout, stderr strings.Builder
+		args := append([]string{"audit", "--target", "http://127.0.0.1:1"}, c.args...)
+		code := run(args, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+		for _, k := range []string{secret, "ab12"} {
+			if strings.Contains(stdout.String()+stderr.String(), k) {
+				t.Errorf("%v: the output holds a key:\n%s%s", c.args, stdout.String(), stderr.String())
+			}
+		}
+	}
 }

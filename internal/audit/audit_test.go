@@ -239,3 +239,65 @@ func TestRunTimeout(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestRunInterruptedDuringASoloProbe: an interrupt while a solo probe is
+// in flight is an interrupt, not a failed baseline blamed on the tenant.
+func TestRunInterruptedDuringASoloProbe(t *testing.T) {
+	f := &fake{ctxLen: 256, delay: time.Second}
+	p, _ := NewPlan(testConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	_, err := Run(ctx, p, f, Options{})
+	var be *BaselineError
+	if !errors.Is(err, context.Canceled) || errors.As(err, &be) {
+		t.Fatalf("error %v, want the interrupt", err)
+	}
+}
+
+// TestRunRetriesRateLimits: an endpoint that answers some requests 429
+// (a rate limit, or the audit's own concurrency over a tenant's limit) is
+// not a failed audit: Run sends them again after the wait it asks for,
+// and every check passes.
+func TestRunRetriesRateLimits(t *testing.T) {
+	f := &fake{ctxLen: 256, throttle: 5}
+	rep, err := f.audit(testConfig(), Options{Concurrency: 4, RetryWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Checks {
+		if c.Status != Pass {
+			t.Errorf("%s: %s (%s)\n%s", c.ID, c.Status, c.Summary, evidence(c))
+		}
+	}
+}
+
+// TestPrefixCacheBlind: an endpoint that reports cached_tokens but never
+// a hit, not even on a tenant's own repeat, shows nothing the check could
+// judge; that is a skip, not a pass.
+func TestPrefixCacheBlind(t *testing.T) {
+	f := &fake{ctxLen: 256, sharedCache: true, zeroCached: true}
+	rep, err := f.audit(testConfig(), Options{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkOf(t, rep, CheckPrefixCache); c.Status != Skip || !strings.Contains(c.Summary, "not even") {
+		t.Errorf("prefix-cache on an endpoint that shows no hit: %s %s", c.Status, c.Summary)
+	}
+}
+
+// TestContaminatedBaselineCaught: an endpoint whose every answer to a
+// tenant depends on another tenant's earlier prompt, alone as much as
+// under load, gives baselines that its mixed answers match. The shared
+// probe p1 is the same request for every tenant, so its baselines must
+// match across tenants, and there the contamination shows.
+func TestContaminatedBaselineCaught(t *testing.T) {
+	f := &fake{ctxLen: 256, sticky: true}
+	rep, err := f.audit(testConfig(), Options{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := checkOf(t, rep, CheckSoloEquivalence)
+	if ev := evidence(c); c.Status != Fail || !strings.Contains(ev, "globex probe p1") || !strings.Contains(ev, "acme") {
+		t.Fatalf("solo-equivalence: %s %s\n%s", c.Status, c.Summary, ev)
+	}
+}

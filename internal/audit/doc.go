@@ -6,7 +6,9 @@
 //   - over-limit prompts must be refused, never answered (the placeholder
 //     bug of DESIGN.md section 1);
 //   - greedy probe prompts must give, under concurrent mixed traffic, the
-//     same bytes they gave when run alone (solo equivalence);
+//     same bytes they gave when run alone (solo equivalence), and the
+//     probe that is the same for every tenant must, alone, give each of
+//     them the same bytes;
 //   - no tenant may receive any part of another tenant's canary marker;
 //   - no error message may echo a prompt;
 //   - no tenant's first request may report prefix-cache hits on a prefix
@@ -18,8 +20,9 @@
 // and its Results into a Report of checks with evidence; none of them
 // touches the network, a clock or a goroutine. Run drives a Client
 // (HTTPClient over net/http, or a fake in tests) through the plan: solo
-// requests one at a time, then the mixed rounds with bounded concurrency;
-// it waits for every goroutine it starts. Besides Run, only
+// requests one at a time, then the mixed rounds with bounded concurrency,
+// sending a request answered 429 or 503 again a few times; it waits for
+// every goroutine it starts. Besides Run, only
 // HTTPClient.Models sends anything (to check each key first).
 //
 // It holds the API keys only inside HTTPClient, which puts them in the

@@ -211,6 +211,28 @@ func checkSoloEquivalence(p *Plan, res []Result) Check {
 			base[q.Key()] = &res[i]
 		}
 	}
+	// The shared probe is the same request for every tenant, so alone it
+	// must get every tenant the same answer. A baseline that differs was
+	// shaped by who sent it, or by what another tenant sent before, and
+	// the same contamination under load would match it.
+	ref := map[string]*Request{} // mode → the first tenant's shared probe
+	across := 0
+	for i := range p.Requests {
+		q, r := &p.Requests[i], &res[i]
+		if q.Kind != Probe || q.Phase != Solo || q.Name != sharedProbe || !r.Complete {
+			continue
+		}
+		first, ok := ref[modeName(q)]
+		if !ok {
+			ref[modeName(q)] = q
+			continue
+		}
+		across++
+		if d, same := Compare(&res[first.ID], r); !same {
+			c.add(Finding{Status: Fail, Tenant: q.Tenant, Request: q.String(), Expected: fmt.Sprintf("%s's answer to the same request, alone (%s)", first.Tenant, first.String()), Got: d,
+				Why: "the same greedy request, sent alone, gave two tenants different answers: the answer depends on who asks, or on what another tenant sent before"})
+		}
+	}
 	compared, equal, notCompared := 0, 0, 0
 	perMode := map[string]int{}
 	for i := range p.Requests {
@@ -253,8 +275,12 @@ func checkSoloEquivalence(p *Plan, res []Result) Check {
 		c.Status = max(c.Status, Warn)
 		c.Summary = "no probe completed under mixed traffic, so nothing was compared"
 	}
+	c.Summary += fmt.Sprintf("; %d baselines of %s, the same request for every tenant, compared with the first tenant's", across, sharedProbe)
 	return c
 }
+
+// sharedProbe is the probe whose prompt is the same for every tenant.
+const sharedProbe = "p1"
 
 var modeNames = []string{"completions", "completions streamed", "chat", "chat streamed"}
 
@@ -266,16 +292,27 @@ func modeName(q *Request) string {
 	return s
 }
 
-// Compare reports whether got equals the baseline's text and
-// finish_reason; when not, it describes the first difference.
+// Compare reports whether got equals the baseline: its text (every
+// choice's), finish_reason, number of choices, and the prompt and
+// completion token counts when both report usage. The cached token count
+// is not compared: it depends on what ran before. When they differ,
+// Compare describes the first difference.
 func Compare(baseline, got *Result) (string, bool) {
-	if baseline.Text == got.Text && baseline.Finish == got.Finish {
-		return "", true
-	}
-	if baseline.Text == got.Text {
+	switch {
+	case baseline.Text != got.Text:
+		return firstDiff(got.Text, baseline.Text), false
+	case baseline.Finish != got.Finish:
 		return fmt.Sprintf("the same text, but finish_reason %q where the baseline had %q", got.Finish, baseline.Finish), false
+	case baseline.Choices != got.Choices:
+		return fmt.Sprintf("the same text, but %d choices where the baseline had %d", got.Choices, baseline.Choices), false
+	case !baseline.UsageReported || !got.UsageReported:
+		return "", true
+	case baseline.PromptTokens != got.PromptTokens:
+		return fmt.Sprintf("the same text, but usage.prompt_tokens %d where the baseline had %d: the prompt was not read the same way", got.PromptTokens, baseline.PromptTokens), false
+	case baseline.CompletionTokens != got.CompletionTokens:
+		return fmt.Sprintf("the same text, but usage.completion_tokens %d where the baseline had %d", got.CompletionTokens, baseline.CompletionTokens), false
 	}
-	return firstDiff(got.Text, baseline.Text), false
+	return "", true
 }
 
 // firstDiff describes where got and want first differ, with some text
@@ -292,9 +329,11 @@ func firstDiff(got, want string) string {
 	return fmt.Sprintf("first difference at byte %d: got %s, baseline %s", i, around(got), around(want))
 }
 
-// scanned are the parts of a response that reach its tenant as content.
+// scanned are the parts of a response that reach its tenant: its text
+// (the chunks of a stream joined), its error, and everything else the body
+// carried (Result.Content).
 func scanned(r *Result) []string {
-	return []string{r.Text, r.ErrorMessage, r.Unparsed}
+	return []string{r.Text, r.ErrorMessage, r.Unparsed, r.Content}
 }
 
 // markerIndex maps every window of every marker to its marker.
@@ -311,11 +350,19 @@ func markerIndex(p *Plan) map[string]Marker {
 // FindMarkers returns the markers of idx that s contains a window of, with
 // the text around the first hit of each, in order of appearance.
 func FindMarkers(idx map[string]Marker, s string) []Hit {
-	low := strings.ToLower(s)
+	// Only ASCII letters are folded: hex digits are ASCII, and folding
+	// nothing else keeps every byte where it was in s, whatever else s
+	// holds (invalid UTF-8 would otherwise grow, and some letters shrink).
+	low := []byte(s)
+	for i, b := range low {
+		if 'A' <= b && b <= 'Z' {
+			low[i] = b + 'a' - 'A'
+		}
+	}
 	var out []Hit
 	seen := map[Marker]bool{}
 	for i := 0; i+window <= len(low); i++ {
-		m, ok := idx[low[i:i+window]]
+		m, ok := idx[string(low[i:i+window])]
 		if !ok || seen[m] {
 			continue
 		}
@@ -335,34 +382,58 @@ type Hit struct {
 func checkCanaries(p *Plan, res []Result) Check {
 	c := Check{ID: CheckCanaries, Title: "no tenant receives another tenant's canary"}
 	idx := markerIndex(p)
-	echoedToOwner, scannedN := 0, 0
+	echoedToOwner, scannedN, answered, canaries := 0, 0, 0, 0
 	for i := range p.Requests {
 		q, r := &p.Requests[i], &res[i]
-		own := false
+		if q.Kind == Canary {
+			canaries++
+			if r.OK() {
+				answered++
+			}
+		}
+		own, searched := false, false
+		found := map[Marker]bool{}
 		for _, s := range scanned(r) {
 			if s == "" {
 				continue
 			}
-			scannedN++
+			searched = true
 			for _, h := range FindMarkers(idx, s) {
 				if h.Marker.Tenant == q.Tenant {
 					own = true
 					continue
 				}
+				if found[h.Marker] {
+					continue // the same marker in another part of the body
+				}
+				found[h.Marker] = true
 				c.add(Finding{Status: Fail, Tenant: q.Tenant, Request: q.String(),
 					Expected: fmt.Sprintf("nothing of %s's markers", h.Marker.Tenant),
 					Got:      fmt.Sprintf("%q, which holds part of %s's marker %s (%s)", h.Context, h.Marker.Tenant, h.Marker.Label, h.Marker.Word()),
 					Why:      fmt.Sprintf("%s's prompt reached %s's response", h.Marker.Tenant, q.Tenant)})
 			}
 		}
+		if searched {
+			scannedN++
+		}
+		if r.Truncated {
+			c.add(Finding{Status: Warn, Tenant: q.Tenant, Request: q.String(), Expected: "a body the audit reads whole",
+				Got: r.describe(), Why: "the body was longer than the audit reads: only part of it was searched"})
+		}
 		if own {
 			echoedToOwner++
 		}
 	}
-	c.Summary = fmt.Sprintf("%d markers planted; %d response texts and error messages searched for any %d-digit piece of another tenant's",
-		len(p.Markers), scannedN, window)
+	c.Summary = fmt.Sprintf("%d of %d canary prompts answered; %d responses searched, every part of each body, for any %d-digit piece of another tenant's %d markers",
+		answered, canaries, scannedN, window, len(p.Markers))
 	if echoedToOwner > 0 {
 		c.Summary += fmt.Sprintf("; the model repeated its own tenant's marker in %d responses, which is allowed", echoedToOwner)
+	}
+	if answered == 0 {
+		// No canary reached the model, so no marker could have leaked:
+		// nothing was tested.
+		c.add(Finding{Status: Warn, Request: "every canary request", Expected: "canary prompts answered, so that their markers are in the server's memory",
+			Got: "none was answered with a 2xx", Why: "no marker was planted, so the search shows nothing"})
 	}
 	return c
 }
@@ -378,7 +449,12 @@ func checkErrorEcho(p *Plan, res []Result) Check {
 	n := 0
 	for i := range p.Requests {
 		q, r := &p.Requests[i], &res[i]
-		msg := r.ErrorMessage
+		// Everything the error carried: its message, its other fields,
+		// the whole body of a non-2xx response.
+		msg := r.ErrorContent
+		if msg == "" {
+			msg = r.ErrorMessage
+		}
 		if msg == "" && r.Refused() {
 			msg = r.Unparsed
 		}
@@ -483,7 +559,10 @@ func checkPrefixCache(p *Plan, res []Result) Check {
 	case repeatHits > 0:
 		c.Summary += fmt.Sprintf("; the same tenant's repeats hit the cache in %d of %d responses, so hits are visible", repeatHits, repeats)
 	default:
-		c.Summary += "; no repeat by the same tenant hit the cache either, so the endpoint may not cache prefixes and this check shows little"
+		// Nothing shows that a hit would be visible at all: zeros judge
+		// nothing.
+		c.Status = max(c.Status, Skip)
+		c.Summary += "; no repeat by the same tenant hit the cache either, not even one: the endpoint may not cache prefixes, or not report its hits, so the check saw nothing to judge"
 	}
 	return c
 }

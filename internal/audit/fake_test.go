@@ -24,6 +24,9 @@ type fake struct {
 	echo        bool   // error messages quote the prompt
 	sharedCache bool   // the prefix cache is one namespace for all tenants
 	noUsage     bool   // no usage in responses
+	zeroCached  bool   // usage always reports 0 cached tokens
+	sticky      bool   // every answer to a later tenant depends on the first tenant's first prompt
+	throttle    int    // every throttle-th request, if never sent before, is answered 429 (0: none)
 	delay       time.Duration
 
 	mu          sync.Mutex
@@ -33,6 +36,9 @@ type fake struct {
 	last        map[string]string   // tenant → its last canary prompt
 	seen        map[string]bool     // tenant + prompt, for drift
 	cache       map[string][]string // namespace → prompts seen, for cached tokens
+	sent        map[string]bool     // tenant + endpoint + body, for throttle
+	firstTenant string              // the first tenant served, for sticky
+	firstPrompt string              // and its first prompt
 }
 
 // fakeRequest is the part of a request body the fake reads.
@@ -56,6 +62,7 @@ var fakeWords = []string{" the", " cat", " ran", " to", " a", " big", " red", " 
 func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte) Response {
 	f.mu.Lock()
 	f.requests++
+	n := f.requests
 	f.inflight++
 	f.maxInflight = max(f.maxInflight, f.inflight)
 	f.mu.Unlock()
@@ -70,6 +77,16 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 		case <-ctx.Done():
 			return Response{Err: ctx.Err().Error()}
 		}
+	}
+	f.mu.Lock()
+	if f.sent == nil {
+		f.sent = map[string]bool{}
+	}
+	first := !f.sent[tenant+string(ep)+string(body)]
+	f.sent[tenant+string(ep)+string(body)] = true
+	f.mu.Unlock()
+	if f.throttle > 0 && n%f.throttle == 0 && first {
+		return Response{Status: 429, RetryAfter: time.Millisecond, Body: []byte(`{"error":{"message":"too many requests","code":"rate_limit_exceeded"}}`)}
 	}
 	if tenant == f.badKey {
 		return Response{Status: 401, Body: []byte(`{"error":{"message":"invalid API key","type":"authentication_error","code":"invalid_api_key"}}`)}
@@ -101,10 +118,16 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 		return Response{Status: 400, Body: b}
 	}
 
-	text := fakeText(prompt, req.MaxTokens)
 	f.mu.Lock()
 	if f.last == nil {
 		f.last, f.seen, f.cache = map[string]string{}, map[string]bool{}, map[string][]string{}
+	}
+	if f.firstTenant == "" {
+		f.firstTenant, f.firstPrompt = tenant, prompt
+	}
+	text := fakeText(prompt, req.MaxTokens)
+	if f.sticky && tenant != f.firstTenant {
+		text = fakeText(f.firstPrompt+prompt, req.MaxTokens)
 	}
 	if f.leak {
 		// The first other tenant's last canary prompt rides along.
@@ -137,6 +160,9 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 	}
 	f.cache[ns] = append(f.cache[ns], prompt)
 	f.mu.Unlock()
+	if f.zeroCached {
+		cached = 0
+	}
 
 	usage := map[string]any{"prompt_tokens": tokens, "completion_tokens": req.MaxTokens,
 		"prompt_tokens_details": map[string]any{"cached_tokens": cached}}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,11 +24,14 @@ const maxBody = 4 << 20
 // HTTPClient is the Client that talks to a real endpoint over net/http. It
 // holds the tenants' API keys: each request carries its tenant's key as a
 // bearer token, and every key is replaced by "[key]" in whatever the
-// server sends back, so that no key can reach a report.
+// server sends back, so that no key can reach a report: in the raw body
+// here, and again in the decoded Results through Run (it is a Redactor),
+// as JSON escapes would hide a key from the first.
 type HTTPClient struct {
-	base   *url.URL
-	keys   map[string]string
-	client *http.Client
+	base    *url.URL
+	keys    map[string]string
+	secrets []string // every key, as is and as JSON escapes it
+	client  *http.Client
 }
 
 // NewHTTPClient returns a client for the endpoint at base (scheme, host
@@ -43,10 +49,20 @@ func NewHTTPClient(base *url.URL, keys map[string]string, conns int) *HTTPClient
 		DisableCompression:  true,
 	}
 	k := make(map[string]string, len(keys))
+	var secrets []string
 	for t, v := range keys {
 		k[t] = v
+		if v == "" {
+			continue
+		}
+		j, _ := json.Marshal(v) // escapes '"', '\', control characters, <, >, &
+		esc := string(j[1 : len(j)-1])
+		secrets = append(secrets, v, esc, strings.ReplaceAll(esc, "/", `\/`))
 	}
-	return &HTTPClient{base: base, keys: k, client: &http.Client{
+	// Longest first, so that no spelling is cut by a shorter one.
+	slices.SortFunc(secrets, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	secrets = slices.Compact(secrets)
+	return &HTTPClient{base: base, keys: k, secrets: secrets, client: &http.Client{
 		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
@@ -73,6 +89,9 @@ func (h *HTTPClient) Send(ctx context.Context, tenant string, ep Endpoint, body 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	out := Response{Status: resp.StatusCode, Body: h.redactBytes(b)}
+	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
+		out.RetryAfter = time.Duration(min(secs, 3600)) * time.Second
+	}
 	if len(b) > maxBody {
 		out.Body, out.Truncated = out.Body[:maxBody], true
 	}
@@ -104,7 +123,7 @@ func (h *HTTPClient) Models(ctx context.Context, tenant string) ([]string, error
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		_, msg := errorOf(b)
 		return nil, fmt.Errorf("the endpoint refused tenant %q's API key: GET %s answered %s: %s; check --key %s=...",
-			tenant, u, resp.Status, clip(msg, 200), tenant)
+			tenant, u, resp.Status, clip(h.redact(msg), 200), tenant) // decoded: redact again
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("tenant %q: GET %s answered %s: %s", tenant, u, resp.Status, clip(string(bytes.TrimSpace(b)), 200))
@@ -132,19 +151,21 @@ func (h *HTTPClient) authorize(req *http.Request, tenant string) {
 	}
 }
 
-// redact replaces every key in s by "[key]".
+// Redact replaces every key in s by "[key]". Send does so on the raw
+// body; Run calls it again on the decoded Results (Redactor).
+func (h *HTTPClient) Redact(s string) string { return h.redact(s) }
+
+// redact replaces every key in s, as is or JSON-escaped, by "[key]".
 func (h *HTTPClient) redact(s string) string {
-	for _, k := range h.keys {
-		if k != "" {
-			s = strings.ReplaceAll(s, k, "[key]")
-		}
+	for _, k := range h.secrets {
+		s = strings.ReplaceAll(s, k, "[key]")
 	}
 	return s
 }
 
 func (h *HTTPClient) redactBytes(b []byte) []byte {
-	for _, k := range h.keys {
-		if k != "" && bytes.Contains(b, []byte(k)) {
+	for _, k := range h.secrets {
+		if bytes.Contains(b, []byte(k)) {
 			b = bytes.ReplaceAll(b, []byte(k), []byte("[key]"))
 		}
 	}

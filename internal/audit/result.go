@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/bulkhead-llm/bulkhead/internal/loadgen"
@@ -24,6 +26,9 @@ type Response struct {
 	// Err says why no complete response arrived (a refused connection, a
 	// timeout, a body cut off); "" when one did.
 	Err string
+	// RetryAfter is the wait a 429 or 503 asked for (its Retry-After in
+	// seconds); 0 when it named none.
+	RetryAfter time.Duration
 }
 
 // Result is one request's outcome: what the checks judge.
@@ -56,6 +61,34 @@ type Result struct {
 	// CachedReported says the response had that field at all.
 	CachedTokens   int  `json:"cached_tokens,omitempty"`
 	CachedReported bool `json:"cached_reported,omitempty"`
+	// PromptTokens and CompletionTokens are the usage the response
+	// reported, when UsageReported.
+	PromptTokens     int  `json:"prompt_tokens,omitempty"`
+	CompletionTokens int  `json:"completion_tokens,omitempty"`
+	UsageReported    bool `json:"usage_reported,omitempty"`
+	// Truncated says the body was longer than the client reads: only its
+	// start was parsed and searched.
+	Truncated bool `json:"truncated,omitempty"`
+	// Choices is how many choices (distinct indexes) the response held.
+	Choices int `json:"choices,omitempty"`
+	// Content is everything the body carried, for the canary search:
+	// every JSON string value except identifiers, concatenated per JSON
+	// path across a stream's events (so that a marker split across chunks
+	// is whole again), events after an error or [DONE] included, and the
+	// raw text of whatever is not JSON. Pieces are separated by newlines.
+	Content string `json:"-"`
+	// ErrorContent is the part of Content inside error objects, error
+	// events, or the whole body of a non-2xx response: what the
+	// error-echo check searches.
+	ErrorContent string `json:"-"`
+}
+
+// redact passes every string of r through f.
+func (r *Result) redact(f func(string) string) {
+	for _, s := range []*string{&r.Transport, &r.Text, &r.Finish, &r.ErrorCode, &r.ErrorMessage,
+		&r.Problem, &r.Unparsed, &r.Content, &r.ErrorContent} {
+		*s = f(*s)
+	}
 }
 
 // Refused reports a response that declined the request with a status
@@ -102,6 +135,7 @@ func (r *Result) describe() string {
 // audit reads.
 type body struct {
 	Choices []struct {
+		Index   *int    `json:"index"`
 		Text    *string `json:"text"`
 		Message *struct {
 			Content *string `json:"content"`
@@ -112,7 +146,9 @@ type body struct {
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
-		Details *struct {
+		PromptTokens     *int `json:"prompt_tokens"`
+		CompletionTokens *int `json:"completion_tokens"`
+		Details          *struct {
 			CachedTokens *int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
@@ -125,7 +161,7 @@ const maxEvent = 1 << 20
 // Parse reads one response to req. It never fails: what cannot be read is
 // recorded in the Result.
 func Parse(req *Request, resp Response) Result {
-	r := Result{ID: req.ID, Status: resp.Status, Transport: resp.Err}
+	r := Result{ID: req.ID, Status: resp.Status, Transport: resp.Err, Truncated: resp.Truncated}
 	if resp.Status == 0 {
 		if r.Transport == "" {
 			r.Transport = "no response"
@@ -133,18 +169,24 @@ func Parse(req *Request, resp Response) Result {
 		return r
 	}
 	trimmed := bytes.TrimSpace(resp.Body)
+	var c content
 	if resp.Status < 200 || resp.Status >= 300 {
+		whole := string(trimmed)
 		r.ErrorCode, r.ErrorMessage = errorOf(trimmed)
 		if r.ErrorMessage == "" && r.ErrorCode == "" {
-			r.Unparsed = string(trimmed)
+			r.Unparsed = whole
 		}
+		c.body(whole, true)
+		r.Content, r.ErrorContent = c.text()
 		return r
 	}
+	p := parser{r: &r}
 	if req.Stream && !bytes.HasPrefix(trimmed, []byte("{")) {
-		parseStream(&r, resp.Body)
+		p.stream(resp.Body)
 	} else {
-		parseWhole(&r, trimmed)
+		p.whole(trimmed)
 	}
+	p.finish()
 	if resp.Truncated {
 		r.Complete, r.Problem = false, "the body was longer than the audit reads"
 	}
@@ -154,20 +196,28 @@ func Parse(req *Request, resp Response) Result {
 	return r
 }
 
-// parseWhole reads a non-streamed body.
-func parseWhole(r *Result, b []byte) {
+// parser reads the body of a 2xx response into r.
+type parser struct {
+	r     *Result
+	texts map[int]*strings.Builder // generated text by choice index
+	c     content
+}
+
+// whole reads a non-streamed body.
+func (p *parser) whole(b []byte) {
+	r := p.r
+	whole := string(b)
+	p.c.body(whole, false)
 	var v body
 	if err := json.Unmarshal(b, &v); err != nil {
-		r.Unparsed, r.Problem = string(b), "the body is not JSON: "+err.Error()
+		r.Unparsed, r.Problem = whole, "the body is not JSON: "+err.Error()
 		return
 	}
-	if hasError(v.Error) {
+	p.take(&v)
+	switch {
+	case hasError(v.Error):
 		r.ErrorCode, r.ErrorMessage = errorOf(b)
 		r.Problem = "a 200 whose body is an error"
-		return
-	}
-	take(r, &v)
-	switch {
 	case len(v.Choices) == 0:
 		r.Problem = "no choices in the body"
 	case r.Finish == "":
@@ -177,81 +227,141 @@ func parseWhole(r *Result, b []byte) {
 	}
 }
 
-// parseStream reads a server-sent event stream: "data: {chunk}" events
-// ending with "data: [DONE]".
-func parseStream(r *Result, b []byte) {
+// stream reads a server-sent event stream: "data: {chunk}" events ending
+// with "data: [DONE]". The first error, non-JSON chunk or [DONE] settles
+// the verdict; every event after it is still read into the content.
+func (p *parser) stream(b []byte) {
+	r := p.r
+	whole := string(b)
+	p.c.strayLines(whole)
 	sr := loadgen.NewSSEReader(bytes.NewReader(b), maxEvent)
-	var text strings.Builder
-	defer func() { r.Text = text.String() }()
+	settled := false
+	settle := func(problem string) {
+		if !settled {
+			settled, r.Problem = true, problem
+		}
+	}
 	for chunks := 0; ; chunks++ {
 		ev, err := sr.Next()
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-				r.Problem = fmt.Sprintf("the stream ended without data: [DONE] after %d events", chunks)
+				settle(fmt.Sprintf("the stream ended without data: [DONE] after %d events", chunks))
 			default:
-				r.Problem = "the stream could not be read: " + err.Error()
+				settle("the stream could not be read: " + err.Error())
+				p.c.raw(whole, false) // the rest was never split into events
 			}
 			if chunks == 0 {
-				r.Unparsed = string(b)
+				r.Unparsed = whole
 			}
 			return
+		}
+		if r.Complete {
+			r.Complete, r.Problem = false, "the stream went on after data: [DONE]"
 		}
 		if ev.Name == "error" {
-			r.ErrorCode, r.ErrorMessage = errorOf([]byte(ev.Data))
-			if r.ErrorMessage == "" {
-				r.ErrorMessage = ev.Data
+			p.c.body(ev.Data, true)
+			if !settled {
+				r.ErrorCode, r.ErrorMessage = errorOf([]byte(ev.Data))
+				if r.ErrorMessage == "" {
+					r.ErrorMessage = ev.Data
+				}
+				settle("")
 			}
-			return
+			continue
 		}
 		if ev.Data == "[DONE]" {
-			if r.Finish == "" {
-				r.Problem = "the stream reached [DONE] without a finish_reason"
-				return
+			switch {
+			case settled:
+			case r.Finish == "":
+				settle("the stream reached [DONE] without a finish_reason")
+			default:
+				r.Complete = true
+				settle("")
 			}
-			r.Complete = true
-			return
+			continue
+		}
+		p.c.body(ev.Data, false)
+		if settled {
+			continue
 		}
 		var v body
 		if err := json.Unmarshal([]byte(ev.Data), &v); err != nil {
-			r.Problem = "a stream chunk is not JSON: " + err.Error()
+			settle("a stream chunk is not JSON: " + err.Error())
 			r.Unparsed = ev.Data
-			return
+			continue
 		}
 		if hasError(v.Error) {
 			r.ErrorCode, r.ErrorMessage = errorOf([]byte(ev.Data))
-			return
+			settle("")
 		}
-		var part Result
-		take(&part, &v)
-		text.WriteString(part.Text)
-		if part.Finish != "" {
-			r.Finish = part.Finish
-		}
-		if part.CachedReported {
-			r.CachedTokens, r.CachedReported = part.CachedTokens, true
-		}
+		p.take(&v)
 	}
 }
 
-// take copies a body's text, finish_reason and cached tokens into r.
-func take(r *Result, v *body) {
-	for _, c := range v.Choices {
+// take adds a body's text, finish_reason and usage to the response's.
+func (p *parser) take(v *body) {
+	r := p.r
+	for i, c := range v.Choices {
+		if c.Index != nil {
+			i = *c.Index
+		}
+		if p.texts == nil {
+			p.texts = map[int]*strings.Builder{}
+		}
+		t := p.texts[i]
+		if t == nil {
+			t = new(strings.Builder)
+			p.texts[i] = t
+		}
 		switch {
 		case c.Text != nil:
-			r.Text += *c.Text
+			t.WriteString(*c.Text)
 		case c.Message != nil && c.Message.Content != nil:
-			r.Text += *c.Message.Content
+			t.WriteString(*c.Message.Content)
 		case c.Delta != nil && c.Delta.Content != nil:
-			r.Text += *c.Delta.Content
+			t.WriteString(*c.Delta.Content)
 		}
 		if c.FinishReason != nil && *c.FinishReason != "" {
 			r.Finish = *c.FinishReason
 		}
 	}
-	if v.Usage != nil && v.Usage.Details != nil && v.Usage.Details.CachedTokens != nil {
-		r.CachedTokens, r.CachedReported = *v.Usage.Details.CachedTokens, true
+	if u := v.Usage; u != nil {
+		if u.Details != nil && u.Details.CachedTokens != nil {
+			r.CachedTokens, r.CachedReported = *u.Details.CachedTokens, true
+		}
+		if u.PromptTokens != nil || u.CompletionTokens != nil {
+			r.UsageReported = true
+			r.PromptTokens, r.CompletionTokens = deref(u.PromptTokens), deref(u.CompletionTokens)
+		}
 	}
+}
+
+// finish sets the Result's Text, Choices and Content. Text is the first
+// choice's text; any other choice follows it, marked "[choice N]", so that
+// an extra choice never passes for the same answer.
+func (p *parser) finish() {
+	idx := make([]int, 0, len(p.texts))
+	for i := range p.texts {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	var b strings.Builder
+	for k, i := range idx {
+		if k > 0 || i != 0 {
+			fmt.Fprintf(&b, "\n[choice %d] ", i)
+		}
+		b.WriteString(p.texts[i].String())
+	}
+	p.r.Text, p.r.Choices = b.String(), len(idx)
+	p.r.Content, p.r.ErrorContent = p.c.text()
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func hasError(raw json.RawMessage) bool {

@@ -15,17 +15,19 @@ func TestParse(t *testing.T) {
 		want Result
 	}{
 		{"completion", plain, Response{Status: 200, Body: []byte(`{"choices":[{"text":"Hi there","finish_reason":"length"}],"usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":2}}}`)},
-			Result{ID: 3, Status: 200, Text: "Hi there", Finish: "length", Complete: true, CachedTokens: 2, CachedReported: true}},
+			Result{ID: 3, Status: 200, Text: "Hi there", Finish: "length", Complete: true, CachedTokens: 2, CachedReported: true, PromptTokens: 3, UsageReported: true, Choices: 1}},
 		{"chat", plain, Response{Status: 200, Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}]}`)},
-			Result{ID: 3, Status: 200, Text: "Hello", Finish: "stop", Complete: true}},
+			Result{ID: 3, Status: 200, Text: "Hello", Finish: "stop", Complete: true, Choices: 1}},
 		{"completion stream", stream, Response{Status: 200, Body: []byte("data: {\"choices\":[{\"text\":\"Hi\",\"finish_reason\":null}]}\n\n: comment\n\ndata: {\"choices\":[{\"text\":\" you\",\"finish_reason\":\"length\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n")},
-			Result{ID: 4, Status: 200, Text: "Hi you", Finish: "length", Complete: true, CachedReported: true}},
+			Result{ID: 4, Status: 200, Text: "Hi you", Finish: "length", Complete: true, CachedReported: true, Choices: 1}},
 		{"chat stream", stream, Response{Status: 200, Body: []byte("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"Yo\"}}]}\r\n\r\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\r\n\r\ndata: [DONE]\r\n\r\n")},
-			Result{ID: 4, Status: 200, Text: "Yo", Finish: "stop", Complete: true}},
+			Result{ID: 4, Status: 200, Text: "Yo", Finish: "stop", Complete: true, Choices: 1}},
 		{"stream without DONE", stream, Response{Status: 200, Body: []byte("data: {\"choices\":[{\"text\":\"Hi\",\"finish_reason\":\"length\"}]}\n\n")},
-			Result{ID: 4, Status: 200, Text: "Hi", Finish: "length", Problem: "the stream ended without data: [DONE] after 1 events"}},
+			Result{ID: 4, Status: 200, Text: "Hi", Finish: "length", Problem: "the stream ended without data: [DONE] after 1 events", Choices: 1}},
 		{"error inside a stream", stream, Response{Status: 200, Body: []byte("data: {\"choices\":[{\"text\":\"Hi\"}]}\n\ndata: {\"error\":{\"message\":\"prompt_mismatch: withheld\",\"code\":\"prompt_mismatch\"}}\n\n")},
-			Result{ID: 4, Status: 200, Text: "Hi", ErrorCode: "prompt_mismatch", ErrorMessage: "prompt_mismatch: withheld"}},
+			Result{ID: 4, Status: 200, Text: "Hi", ErrorCode: "prompt_mismatch", ErrorMessage: "prompt_mismatch: withheld", Choices: 1}},
+		{"error after [DONE]", stream, Response{Status: 200, Body: []byte("data: {\"choices\":[{\"text\":\"Hi\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\nevent: error\ndata: {\"message\":\"late\"}\n\n")},
+			Result{ID: 4, Status: 200, Text: "Hi", Finish: "length", Problem: "the stream went on after data: [DONE]", Choices: 1}},
 		{"error event", stream, Response{Status: 200, Body: []byte("event: error\ndata: {\"message\":\"boom\"}\n\n")},
 			Result{ID: 4, Status: 200, ErrorMessage: "boom"}},
 		{"400", plain, Response{Status: 400, Body: []byte(`{"error":{"message":"prompt has 257 tokens","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}`)},
@@ -40,10 +42,12 @@ func TestParse(t *testing.T) {
 			Result{ID: 3, Status: 200, Unparsed: "hello", Problem: "the body is not JSON: invalid character 'h' looking for beginning of value"}},
 		{"no response", plain, Response{Err: "connection refused"}, Result{ID: 3, Transport: "connection refused"}},
 		{"200 truncated", plain, Response{Status: 200, Truncated: true, Body: []byte(`{"choices":[{"text":"x","finish_reason":"length"}]}`)},
-			Result{ID: 3, Status: 200, Text: "x", Finish: "length", Problem: "the body was longer than the audit reads"}},
+			Result{ID: 3, Status: 200, Text: "x", Finish: "length", Problem: "the body was longer than the audit reads", Truncated: true, Choices: 1}},
 	}
 	for _, c := range cases {
-		if got := Parse(c.req, c.resp); got != c.want {
+		got := Parse(c.req, c.resp)
+		got.Content, got.ErrorContent = "", "" // TestParseContent
+		if got != c.want {
 			t.Errorf("%s:\n got  %+v\n want %+v", c.name, got, c.want)
 		}
 	}
@@ -120,5 +124,32 @@ func TestEchoedPiece(t *testing.T) {
 	msg := "cannot process '" + prompt[10:60] + "...'"
 	if got := EchoedPiece(prompt, msg); got != prompt[10:10+echoLen] {
 		t.Errorf("echo found %q, want %q", got, prompt[10:10+echoLen])
+	}
+}
+
+// TestParseContent: Content holds every string of the body but the
+// identifiers, each field of a stream joined across its events (after an
+// error too), and ErrorContent the error's part of it.
+func TestParseContent(t *testing.T) {
+	stream := &Request{ID: 4, Stream: true}
+	for _, c := range []struct {
+		name          string
+		req           *Request
+		resp          Response
+		content, errs string
+	}{
+		{"chunks joined per field", stream, Response{Status: 200, Body: []byte("id: 7\ndata: {\"id\":\"cmpl-9\",\"choices\":[{\"text\":\"Hi\"}]}\n\ndata: {\"id\":\"cmpl-9\",\"choices\":[{\"text\":\" you\",\"finish_reason\":\"length\"}]}\n\n: ping\n\ndata: [DONE]\n\n")},
+			": ping\nHi you\nlength", ""},
+		{"error chunk, then more", stream, Response{Status: 200, Body: []byte("data: {\"error\":{\"message\":\"boom\",\"request_id\":\"r-1\"}}\n\ndata: {\"choices\":[{\"text\":\"late\"}]}\n\n")},
+			"boom\nlate", "boom"},
+		{"non-2xx", &Request{ID: 3}, Response{Status: 400, Body: []byte(`{"error":{"message":"too long","param":"p"}}`)},
+			"too long\np", "too long\np"},
+		{"escapes decoded", &Request{ID: 3}, Response{Status: 200, Body: []byte(`{"choices":[{"text":"\u0063at","finish_reason":"stop"}]}`)},
+			"stop\ncat", ""},
+	} {
+		r := Parse(c.req, c.resp)
+		if r.Content != c.content || r.ErrorContent != c.errs {
+			t.Errorf("%s: content %q, errors %q; want %q, %q", c.name, r.Content, r.ErrorContent, c.content, c.errs)
+		}
 	}
 }
