@@ -380,7 +380,7 @@ type Hit struct {
 }
 
 func checkCanaries(p *Plan, res []Result) Check {
-	c := Check{ID: CheckCanaries, Title: "no tenant receives another tenant's canary"}
+	c := Check{ID: CheckCanaries, Title: "no tenant receives another tenant's canary or API key"}
 	idx := markerIndex(p)
 	echoedToOwner, scannedN, answered, canaries := 0, 0, 0, 0
 	for i := range p.Requests {
@@ -398,6 +398,15 @@ func checkCanaries(p *Plan, res []Result) Check {
 				continue
 			}
 			searched = true
+			for _, t := range p.Config.Tenants {
+				if t != q.Tenant && strings.Contains(s, KeyPlaceholder(t)) && !found[Marker{Tenant: t, Label: "api key"}] {
+					found[Marker{Tenant: t, Label: "api key"}] = true
+					c.add(Finding{Status: Fail, Tenant: q.Tenant, Request: q.String(),
+						Expected: fmt.Sprintf("nothing of %s's", t),
+						Got:      fmt.Sprintf("%s's API key (shown as %s)", t, KeyPlaceholder(t)),
+						Why:      fmt.Sprintf("%s's API key reached %s's response", t, q.Tenant)})
+				}
+			}
 			for _, h := range FindMarkers(idx, s) {
 				if h.Marker.Tenant == q.Tenant {
 					own = true

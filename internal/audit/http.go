@@ -23,14 +23,16 @@ const maxBody = 4 << 20
 
 // HTTPClient is the Client that talks to a real endpoint over net/http. It
 // holds the tenants' API keys: each request carries its tenant's key as a
-// bearer token, and every key is replaced by "[key]" in whatever the
-// server sends back, so that no key can reach a report: in the raw body
+// bearer token, and every key is replaced by "[key of NAME]" (its
+// tenant's name) in whatever the server sends back, so that no key can
+// reach a report, while a key sent to the wrong tenant still shows as a
+// leak (checkCanaries): in the raw body
 // here, and again in the decoded Results through Run (it is a Redactor),
 // as JSON escapes would hide a key from the first.
 type HTTPClient struct {
 	base    *url.URL
 	keys    map[string]string
-	secrets []string // every key, as is and as JSON escapes it
+	secrets []secret // every key, as is and as JSON escapes it
 	client  *http.Client
 }
 
@@ -49,7 +51,7 @@ func NewHTTPClient(base *url.URL, keys map[string]string, conns int) *HTTPClient
 		DisableCompression:  true,
 	}
 	k := make(map[string]string, len(keys))
-	var secrets []string
+	var secrets []secret
 	for t, v := range keys {
 		k[t] = v
 		if v == "" {
@@ -57,10 +59,14 @@ func NewHTTPClient(base *url.URL, keys map[string]string, conns int) *HTTPClient
 		}
 		j, _ := json.Marshal(v) // escapes '"', '\', control characters, <, >, &
 		esc := string(j[1 : len(j)-1])
-		secrets = append(secrets, v, esc, strings.ReplaceAll(esc, "/", `\/`))
+		for _, sp := range []string{v, esc, strings.ReplaceAll(esc, "/", `\/`)} {
+			secrets = append(secrets, secret{sp, KeyPlaceholder(t)})
+		}
 	}
 	// Longest first, so that no spelling is cut by a shorter one.
-	slices.SortFunc(secrets, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	slices.SortFunc(secrets, func(a, b secret) int {
+		return cmp.Or(len(b.spelling)-len(a.spelling), strings.Compare(a.spelling, b.spelling))
+	})
 	secrets = slices.Compact(secrets)
 	return &HTTPClient{base: base, keys: k, secrets: secrets, client: &http.Client{
 		Transport:     tr,
@@ -151,22 +157,30 @@ func (h *HTTPClient) authorize(req *http.Request, tenant string) {
 	}
 }
 
-// Redact replaces every key in s by "[key]". Send does so on the raw
-// body; Run calls it again on the decoded Results (Redactor).
+// secret is one spelling of a tenant's key and what stands for it.
+type secret struct{ spelling, placeholder string }
+
+// KeyPlaceholder is what stands for tenant's API key in everything the
+// audit keeps of a response.
+func KeyPlaceholder(tenant string) string { return "[key of " + tenant + "]" }
+
+// Redact replaces every key in s by its KeyPlaceholder. Send does so on
+// the raw body; Run calls it again on the decoded Results (Redactor).
 func (h *HTTPClient) Redact(s string) string { return h.redact(s) }
 
-// redact replaces every key in s, as is or JSON-escaped, by "[key]".
+// redact replaces every key in s, as is or JSON-escaped, by its
+// placeholder.
 func (h *HTTPClient) redact(s string) string {
 	for _, k := range h.secrets {
-		s = strings.ReplaceAll(s, k, "[key]")
+		s = strings.ReplaceAll(s, k.spelling, k.placeholder)
 	}
 	return s
 }
 
 func (h *HTTPClient) redactBytes(b []byte) []byte {
 	for _, k := range h.secrets {
-		if bytes.Contains(b, []byte(k)) {
-			b = bytes.ReplaceAll(b, []byte(k), []byte("[key]"))
+		if bytes.Contains(b, []byte(k.spelling)) {
+			b = bytes.ReplaceAll(b, []byte(k.spelling), []byte(k.placeholder))
 		}
 	}
 	return b

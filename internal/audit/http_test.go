@@ -50,7 +50,7 @@ func TestHTTPClient(t *testing.T) {
 		t.Fatalf("refused key: %v", err)
 	}
 	resp := c.Send(ctx, "acme", Completions, []byte(`{}`))
-	if resp.Status != 200 || strings.Contains(string(resp.Body), "secret") || !strings.Contains(string(resp.Body), "[key]") {
+	if resp.Status != 200 || strings.Contains(string(resp.Body), "secret") || !strings.Contains(string(resp.Body), "[key of acme]") {
 		t.Fatalf("echoed key not redacted: %d %s", resp.Status, resp.Body)
 	}
 	resp = c.Send(ctx, "acme", Chat, []byte(`{}`))
@@ -112,7 +112,7 @@ func TestEscapedKeyNeverReported(t *testing.T) {
 	base, _ := url.Parse(srv.URL)
 	c := NewHTTPClient(base, keys, 4)
 	defer c.Close()
-	if _, err := c.Models(context.Background(), "acme"); err == nil || strings.Contains(err.Error(), keys["acme"]) || !strings.Contains(err.Error(), "[key]") {
+	if _, err := c.Models(context.Background(), "acme"); err == nil || strings.Contains(err.Error(), keys["acme"]) || !strings.Contains(err.Error(), "[key of acme]") {
 		t.Errorf("refused key: %v", err)
 	}
 	p, _ := NewPlan(testConfig())
@@ -139,7 +139,7 @@ func TestEscapedKeyNeverReported(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(res[0].Text, "[key]") {
-		t.Errorf("text %q; want the key replaced by [key]", res[0].Text)
+	if !strings.Contains(res[0].Text, "[key of acme]") {
+		t.Errorf("text %q; want the key replaced by [key of acme]", res[0].Text)
 	}
 }

@@ -200,3 +200,29 @@ func TestTruncatedBodyNotClaimedSearched(t *testing.T) {
 		}
 	}
 }
+
+// TestAnotherTenantsKeyIsALeak: a server that puts acme's API key in
+// globex's response leaks a secret across tenants; the client replaces
+// the key with acme's placeholder (so no report holds it) and the
+// canaries check fails on it. A tenant's own key echoed back is not a
+// cross-tenant leak.
+func TestAnotherTenantsKeyIsALeak(t *testing.T) {
+	p, _, q := planted(t, false)
+	for _, c := range []struct {
+		text string
+		fail bool
+	}{
+		{"your colleague's key is " + KeyPlaceholder("acme"), true},
+		{"your own key is " + KeyPlaceholder("globex"), false},
+	} {
+		res := make([]Result, len(p.Requests))
+		for i := range res {
+			res[i] = Result{ID: i}
+		}
+		res[q.ID] = Parse(q, Response{Status: 200, Body: []byte(`{"choices":[{"text":"` + c.text + `","finish_reason":"stop"}]}`)})
+		ch := checkOf(t, Evaluate(p, res), CheckCanaries)
+		if got := ch.Status == Fail && strings.Contains(evidence(ch), "acme's API key reached globex's response"); got != c.fail {
+			t.Errorf("%q: canaries %s, want FAIL %v\n%s", c.text, ch.Status, c.fail, evidence(ch))
+		}
+	}
+}
