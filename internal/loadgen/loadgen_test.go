@@ -317,6 +317,10 @@ func TestRefusesRemoteTargets(t *testing.T) {
 	if _, err := CheckTarget("http://192.0.2.1", true); err != nil {
 		t.Errorf("allowRemote: %v", err)
 	}
+	// A password in the URL is refused without being repeated.
+	if _, err := CheckTarget("http://user:hunter2@127.0.0.1:8080", true); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("a target with a password: %v", err)
+	}
 }
 
 // The dialer is the second line of defence: a name or redirect that leads

@@ -35,7 +35,8 @@ func CheckTarget(target string, allowRemote bool) (*url.URL, error) {
 		return nil, fmt.Errorf("target %q has no host", target)
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("target %q: give only scheme, host, port and path; no user, query or fragment", target)
+		// Redacted: a password in the URL must not reach the terminal.
+		return nil, fmt.Errorf("target %q: give only scheme, host, port and path; no user, query or fragment", u.Redacted())
 	}
 	if !allowRemote && !isLoopbackHost(u.Hostname()) {
 		return nil, fmt.Errorf("target host %q: %w; load may only be sent to 127.0.0.0/8, ::1 or localhost", u.Hostname(), ErrNotLoopback)
