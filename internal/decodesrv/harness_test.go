@@ -39,6 +39,10 @@ type pair struct {
 	client   *http.Client
 	stopped  chan struct{}
 	stopBoth func()
+	// stopDecode starts the decode server's shutdown (as SIGTERM does);
+	// decAddr is its control listener's address.
+	stopDecode func()
+	decAddr    string
 }
 
 type setup struct {
@@ -116,11 +120,13 @@ func startPair(t *testing.T, st setup) *pair {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	dctx, stopDecode := context.WithCancel(ctx)
 	p := &pair{t: t, pre: pre, dec: dec, auth: auth, client: auth.HTTPClient(), stopped: make(chan struct{}),
-		preURL: auth.URL(pln.Addr().String(), ""), decURL: auth.URL(dln.Addr().String(), "")}
+		preURL: auth.URL(pln.Addr().String(), ""), decURL: auth.URL(dln.Addr().String(), ""),
+		stopDecode: stopDecode, decAddr: dln.Addr().String()}
 	errs := make(chan error, 2)
 	go func() { errs <- pre.Run(ctx, pln) }()
-	go func() { errs <- dec.Run(ctx, dln, kln) }()
+	go func() { errs <- dec.Run(dctx, dln, kln) }()
 	p.stopBoth = func() {
 		cancel()
 		for range 2 {

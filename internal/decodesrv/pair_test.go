@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -249,4 +250,31 @@ func TestHangUps(t *testing.T) {
 	if v := p.metric(p.decURL, `bulkhead_kv_transfers_failed_total{code="transfer_cancelled"}`); v == "" {
 		t.Error("decode counted no cancelled transfer")
 	}
+}
+
+// TestPromptBodiesFitTheLimits: the control bodies carry the prompt as
+// token ids, which can take more bytes than the client's text did. A
+// prompt the servers' own limits admit is never refused as a body too
+// large (a 400 "invalid_request" naming a peer path, which the router
+// would pass to the client as its fault), whatever max_body_bytes says.
+func TestPromptBodiesFitTheLimits(t *testing.T) {
+	small := func(c *config.Config) { c.MaxBodyBytes = 1024 }
+	p := startPair(t, setup{pre: small, dec: small})
+	vocab := stories.m.Config.Vocab
+	prompt := []int{1}
+	for len(prompt) < 400 { // 400 ids of 3 digits: about 1.6 KB of JSON
+		prompt = append(prompt, vocab-1-len(prompt)%7)
+	}
+	want := solo(t, prompt, 4, sample.Params{})
+	got, last, pr := p.run(prompt, 4, peerapi.Sampling{})
+	if last.Type == peerapi.EventError {
+		t.Fatalf("generate: %+v", last.Error)
+	}
+	if !pr.OK {
+		t.Fatalf("prefill: %+v", pr.Error)
+	}
+	if last.Type != peerapi.EventDone || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v (%+v), want %v", got, last, want)
+	}
+	p.idle()
 }

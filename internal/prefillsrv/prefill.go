@@ -28,7 +28,7 @@ var errCancelled = errkind.New(errkind.Unavailable, transfer.CodeCancelled, "the
 // with the original failure), 400 with Error for a body that is not one.
 func (s *Server) handlePrefill(w http.ResponseWriter, r *http.Request) {
 	var req peerapi.PrefillRequest
-	if err := readJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+	if err := readJSON(w, r, s.body, &req); err != nil {
 		writeJSON(w, http.StatusBadRequest, peerapi.PrefillResult{Error: peerapi.FromError(err)})
 		return
 	}

@@ -192,18 +192,37 @@ func wireError(resp *http.Response) *peerapi.Error {
 
 // peerFailure classifies an HTTP answer that is not what the protocol
 // promises: the peer's own classified error when it sent one (a peer's
-// 4xx for its own admission travels unchanged), else Unavailable.
+// 4xx for its own admission travels unchanged), else Unavailable. A peer
+// refusing the router's peer credentials is Unavailable too: peers never
+// see the client's API key, so their Auth error is about the deployment,
+// and passed on it would tell the client (401) that its key was refused.
 func peerFailure(p *peer, resp *http.Response) *errkind.Error {
-	if e := wireError(resp); e != nil {
+	e := wireError(resp)
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden || (e != nil && e.Err().Kind == errkind.Auth) {
+		return errkind.Wrap(errkind.Unavailable, "peer_auth_failed", fmt.Errorf("%s %s: %s", p.role, p.addr, describe(resp.StatusCode, e)),
+			fmt.Sprintf("the %s server refused the router's peer credentials", p.role))
+	}
+	if e != nil {
 		return e.Err()
 	}
 	return errkind.New(errkind.Unavailable, "peer_error", "the %s server answered HTTP %d", p.role, resp.StatusCode)
 }
 
+// describe is httpFailure's text for a body already read.
+func describe(status int, e *peerapi.Error) string {
+	if e != nil {
+		return fmt.Sprintf("HTTP %d: %s (%s)", status, e.Message, e.Code)
+	}
+	return fmt.Sprintf("HTTP %d", status)
+}
+
+// codeUnreachable is the code of unreachable's errors.
+const codeUnreachable = "peer_unavailable"
+
 // unreachable is the client-facing error for a peer call that failed at
 // the transport level.
 func unreachable(p *peer, err error) *errkind.Error {
-	return errkind.Wrap(errkind.Unavailable, "peer_unavailable", fmt.Errorf("%s %s: %w", p.role, p.addr, err),
+	return errkind.Wrap(errkind.Unavailable, codeUnreachable, fmt.Errorf("%s %s: %w", p.role, p.addr, err),
 		fmt.Sprintf("the %s server could not be reached", p.role))
 }
 

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,10 +44,13 @@ type fakeCluster struct {
 	prefillLostAfter    time.Duration                 // ... this long after the transfer
 	readyDelay          time.Duration                 // decode waits this long after the transfer before `ready`
 	decodeDelay         func(peerapi.GenerateRequest) // runs before reserving
+	peerAuthFails       map[string]*atomic.Bool       // role -> its generate or prefill answers 401, as peerauth does for bad credentials
+	options             func(*Options)                // edits the router's options in start
 }
 
 func newFake() *fakeCluster {
-	return &fakeCluster{transfers: map[string]chan struct{}{}, cancels: map[string][]string{}, tokens: 3}
+	return &fakeCluster{transfers: map[string]chan struct{}{}, cancels: map[string][]string{}, tokens: 3,
+		peerAuthFails: map[string]*atomic.Bool{RolePrefill: new(atomic.Bool), RoleDecode: new(atomic.Bool)}}
 }
 
 func (f *fakeCluster) ch(id string) chan struct{} {
@@ -97,6 +101,9 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 		json.NewEncoder(w).Encode(peerapi.CancelResult{Known: true})
 	})
 	mux.HandleFunc(peerapi.PathPrefill, func(w http.ResponseWriter, r *http.Request) {
+		if f.refusePeer(w, RolePrefill) {
+			return
+		}
 		var req peerapi.PrefillRequest
 		json.NewDecoder(r.Body).Decode(&req)
 		f.mu.Lock()
@@ -128,6 +135,9 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 		json.NewEncoder(w).Encode(peerapi.PrefillResult{OK: true, FirstToken: 100})
 	})
 	mux.HandleFunc(peerapi.PathGenerate, func(w http.ResponseWriter, r *http.Request) {
+		if f.refusePeer(w, RoleDecode) {
+			return
+		}
 		var req peerapi.GenerateRequest
 		json.NewDecoder(r.Body).Decode(&req)
 		f.mu.Lock()
@@ -187,6 +197,18 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 	return s
 }
 
+// refusePeer answers 401 with peerauth's body when role's peerAuthFails
+// is set.
+func (f *fakeCluster) refusePeer(w http.ResponseWriter, role string) bool {
+	if !f.peerAuthFails[role].Load() {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	fmt.Fprintln(w, `{"error":{"kind":"auth","code":"peer_unauthenticated","message":"this endpoint accepts only authenticated bulkhead peers"}}`)
+	return true
+}
+
 func addr(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
 
 // start makes np prefill and nd decode fake peers and a router over them.
@@ -205,6 +227,9 @@ func (f *fakeCluster) start(t *testing.T, np, nd int) (*Router, []*httptest.Serv
 		o.Decode = append(o.Decode, addr(s))
 	}
 	o.HealthEvery, o.StartWait, o.CancelGiveUp, o.TransferTimeout = 50*time.Millisecond, time.Second, 2*time.Second, 5*time.Second
+	if f.options != nil {
+		f.options(&o)
+	}
 	r, err := New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -528,5 +553,26 @@ func TestDecodeIntegrityBeatsPrefillConnectionLoss(t *testing.T) {
 	_, err := r.Submit(context.Background(), admitted(t, "acme", 7, 3))
 	if e := errkind.Of(err); e.Kind != errkind.Integrity || e.Code != "transfer_digest_mismatch" {
 		t.Fatalf("got %v, want decode's integrity error", err)
+	}
+}
+
+// A decode server that stopped taking connections (restarting, or
+// draining before a restart) while health checks still count it up:
+// nothing can be reserved on it, so the request goes to another decode
+// server instead of failing with a 502 (the failed calls count towards
+// marking it down).
+func TestUnreachableDecodeIsRetriedOnAnother(t *testing.T) {
+	f := newFake()
+	f.options = func(o *Options) { o.HealthEvery = time.Hour } // only calls can notice the dead peer
+	r, servers := f.start(t, 1, 2)
+	servers[1].Close()       // decode 0: connection refused from now on
+	for i := 0; i < 4; i++ { // pairing alternates between equally loaded decodes
+		st, err := r.Submit(context.Background(), admitted(t, "acme", 3, 1))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, res := drain(t, st); res.Err != nil {
+			t.Fatalf("request %d: %v", i, res.Err)
+		}
 	}
 }

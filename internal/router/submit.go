@@ -87,14 +87,21 @@ func takeSlot(ctx context.Context, p *peer) bool {
 }
 
 // reserve picks a pair and reserves on its decode peer. A decode peer
-// that is full right now (an Overload refusal) is asked again, on
-// whichever pair is least loaded then, with backoff, until the transfer
-// timeout: the disaggregated equivalent of waiting in serve's queue,
-// without holding anything while waiting. Every other refusal is final.
+// that is full right now (an Overload refusal) or that could not be
+// reached (restarting, say, before health checks mark it down) is asked
+// again, on whichever pair is least loaded then, with backoff, until the
+// transfer timeout: the disaggregated equivalent of waiting in serve's
+// queue, without holding anything while waiting (a lost generate call
+// holds nothing either: decode cancels a reservation whose call went
+// away, and every try has a fresh transfer ID). Every other refusal is
+// final.
 func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, error) {
 	deadline := time.Now().Add(r.opts.TransferTimeout)
 	wait := 10 * time.Millisecond
 	for {
+		if r.ctx.Err() != nil {
+			return nil, errkind.Wrap(errkind.Overload, "shutting_down", errClosed, "the server is shutting down")
+		}
 		d, p, err := r.pick(req.Tenant)
 		if err != nil {
 			r.metrics.failure("pick")
@@ -115,7 +122,8 @@ func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, er
 		}
 		<-p.slots
 		x.finish()
-		if e.Kind != errkind.Overload || e.Code == "decode_busy" || time.Now().Add(wait).After(deadline) {
+		retry := (e.Kind == errkind.Overload && e.Code != "decode_busy") || e.Code == codeUnreachable
+		if !retry || time.Now().Add(wait).After(deadline) {
 			r.metrics.failure("reserve")
 			return nil, e
 		}

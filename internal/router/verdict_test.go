@@ -93,3 +93,31 @@ func TestPrefillIntegrityErrorStandsAlone(t *testing.T) {
 		t.Fatalf("decode cancels %v, want its reservation cancelled", d)
 	}
 }
+
+// A peer refusing the router's own peer credentials (a rotated key, a
+// certificate the peer no longer trusts) is a fault of the deployment,
+// not of the client's API key: never a 401, and never peerauth's words,
+// which would tell the client its key was refused.
+func TestPeerRefusingRouterCredentialsIsNotTheClientsAuthError(t *testing.T) {
+	for _, role := range []string{RoleDecode, RolePrefill} {
+		t.Run(role, func(t *testing.T) {
+			f := newFake()
+			r, _ := f.start(t, 1, 1)
+			f.peerAuthFails[role].Store(true) // after the handshake: the peer's credentials changed since
+			_, err := r.Submit(context.Background(), admitted(t, "acme", 7, 3))
+			e := errkind.Of(err)
+			if err == nil || e.Kind == errkind.Auth || e.Kind == errkind.BadInput || strings.Contains(e.Message, "accepts only authenticated") {
+				t.Fatalf("got %+v, want a server-side failure that does not blame the client's key", e)
+			}
+			if e.Kind != errkind.Unavailable || !strings.Contains(e.Message, role) {
+				t.Fatalf("got %+v, want Unavailable naming the %s server", e, role)
+			}
+			if role == RolePrefill {
+				if d := f.cancelled(RoleDecode); len(d) != 1 {
+					t.Fatalf("decode cancels %v, want the reservation cancelled", d)
+				}
+			}
+			waitZero(t, &f.open)
+		})
+	}
+}
