@@ -6,11 +6,11 @@
 //   - mtls: mutual TLS against the operator's CA. Every connection proves
 //     both ends hold a certificate the CA signed (MakeCerts makes a CA and
 //     a node certificate for local use).
-//   - psk: a pre-shared key. HTTP requests carry it as a bearer token,
-//     compared in constant time; a raw stream (the KV transfer) starts
-//     with a mutual HMAC-SHA256 challenge–response, so neither side ever
-//     sends the key and neither accepts a peer that cannot prove it. The
-//     stream is authenticated but not encrypted.
+//   - psk: a pre-shared key, as TLS 1.3 too: every holder of the key
+//     derives the same Ed25519 key pair from it, and each end requires the
+//     other's certificate to carry that public key (psk.go). The key never
+//     crosses the network, and every connection is encrypted and
+//     integrity-protected as under mtls.
 //
 // It owns peer credentials and the handshakes. It must never fall back to
 // an unauthenticated connection: a failed handshake closes the connection

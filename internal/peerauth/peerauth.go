@@ -3,7 +3,6 @@ package peerauth
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -36,10 +35,10 @@ var handshakeTimeout = HandshakeTimeout
 // concurrent use.
 type Auth struct {
 	mode string
-	// mtls
+	// Both modes are TLS 1.3; they differ in how a peer's certificate is
+	// judged (signed by the CA, or carrying the pre-shared key's public
+	// key: psk.go).
 	serverTLS, controlTLS, clientTLS *tls.Config
-	// psk
-	psk []byte
 }
 
 // Load reads the credentials cfg names. A zero Auth field is refused
@@ -72,7 +71,7 @@ func NewPSK(key []byte) (*Auth, error) {
 	if len(key) < MinPSKBytes {
 		return nil, fmt.Errorf("peers.psk_file: the pre-shared key is %d bytes, at least %d are needed", len(key), MinPSKBytes)
 	}
-	return &Auth{mode: config.PeerAuthPSK, psk: append([]byte(nil), key...)}, nil
+	return newPSK(key)
 }
 
 func loadMTLS(cfg config.Peers) (*Auth, error) {
@@ -108,42 +107,26 @@ func loadMTLS(cfg config.Peers) (*Auth, error) {
 // Mode is config.PeerAuthMTLS or config.PeerAuthPSK.
 func (a *Auth) Mode() string { return a.mode }
 
-// Scheme is the URL scheme of control requests: "https" under mtls,
-// "http" under psk.
-func (a *Auth) Scheme() string {
-	if a.mode == config.PeerAuthMTLS {
-		return "https"
-	}
-	return "http"
-}
+// Scheme is the URL scheme of control requests: "https" in both modes.
+func (a *Auth) Scheme() string { return "https" }
 
 // URL is the control URL of path on the peer at addr (host:port).
 func (a *Auth) URL(addr, path string) string { return a.Scheme() + "://" + addr + path }
 
 // ServerTLS is the TLS configuration of a stream listener: it requires a
-// client certificate signed by the CA. Nil under psk.
-func (a *Auth) ServerTLS() *tls.Config {
-	if a.serverTLS == nil {
-		return nil
-	}
-	return a.serverTLS.Clone()
-}
+// client certificate signed by the CA, or carrying the pre-shared key's
+// public key.
+func (a *Auth) ServerTLS() *tls.Config { return a.serverTLS.Clone() }
 
-// ClientTLS presents this node's certificate and verifies the server
-// against the CA. Nil under psk.
-func (a *Auth) ClientTLS() *tls.Config {
-	if a.clientTLS == nil {
-		return nil
-	}
-	return a.clientTLS.Clone()
-}
+// ClientTLS presents this node's certificate and verifies the server's
+// (against the CA, or the pre-shared key's public key).
+func (a *Auth) ClientTLS() *tls.Config { return a.clientTLS.Clone() }
 
 // Listen returns a stream listener (the KV transfer endpoint) whose
 // connections authenticate the peer before their first byte of data: TLS
-// with a required client certificate, or the PSK challenge–response. The
-// handshake runs on the connection's first Read or Write, or explicitly
-// with Handshake, never inside Accept, so one silent peer cannot stall
-// the accept loop.
+// with a required client certificate. The handshake runs on the
+// connection's first Read or Write, or explicitly with Handshake, never
+// inside Accept, so one silent peer cannot stall the accept loop.
 func (a *Auth) Listen(network, addr string) (net.Listener, error) {
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -154,25 +137,19 @@ func (a *Auth) Listen(network, addr string) (net.Listener, error) {
 
 // WrapListener is Listen over an existing listener.
 func (a *Auth) WrapListener(ln net.Listener) net.Listener {
-	if a.mode == config.PeerAuthMTLS {
-		return tls.NewListener(ln, a.serverTLS.Clone())
-	}
-	return &pskListener{Listener: ln, key: a.psk}
+	return tls.NewListener(ln, a.serverTLS.Clone())
 }
 
-// ListenHTTP returns a listener for a control HTTP server. Under mtls it
-// is TLS that verifies a client certificate if one is offered; HTTPHandler
-// then refuses peer requests without one. Under psk it is plain TCP and
-// HTTPHandler checks the bearer token.
+// ListenHTTP returns a listener for a control HTTP server: TLS that
+// verifies a client certificate if one is offered (and refuses one that
+// fails), so that /health and /metrics can be scraped without one;
+// HTTPHandler then refuses peer requests that came without one.
 func (a *Auth) ListenHTTP(network, addr string) (net.Listener, error) {
 	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}
-	if a.mode == config.PeerAuthMTLS {
-		return tls.NewListener(ln, a.controlTLS.Clone()), nil
-	}
-	return ln, nil
+	return tls.NewListener(ln, a.controlTLS.Clone()), nil
 }
 
 // Dial connects to a peer's stream listener and authenticates both ends
@@ -183,16 +160,11 @@ func (a *Auth) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var c net.Conn
-	if a.mode == config.PeerAuthMTLS {
-		cfg := a.clientTLS.Clone()
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			cfg.ServerName = host
-		}
-		c = tls.Client(raw, cfg)
-	} else {
-		c = newPSKConn(raw, a.psk, true)
+	cfg := a.clientTLS.Clone()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		cfg.ServerName = host
 	}
+	c := tls.Client(raw, cfg)
 	if err := Handshake(ctx, c); err != nil {
 		c.Close()
 		return nil, err
@@ -206,20 +178,18 @@ func (a *Auth) Dial(ctx context.Context, addr string) (net.Conn, error) {
 func Handshake(ctx context.Context, c net.Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	switch c := c.(type) {
-	case *tls.Conn:
+	if c, ok := c.(*tls.Conn); ok {
 		if err := c.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("%w: tls with %v: %v", ErrAuth, c.RemoteAddr(), err)
 		}
-	case *pskConn:
-		return c.handshakeContext(ctx)
 	}
 	return nil
 }
 
-// HTTPHandler wraps h so that only authenticated peers reach it: under
-// mtls a request must have come with a verified client certificate; under
-// psk it must carry `Authorization: Bearer <key>`. Anyone else gets 401.
+// HTTPHandler wraps h so that only authenticated peers reach it: a
+// request must have come with a client certificate the handshake verified
+// (signed by the CA, or carrying the pre-shared key's public key). Anyone
+// else gets 401.
 func (a *Auth) HTTPHandler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
@@ -233,25 +203,22 @@ func (a *Auth) HTTPHandler(h http.Handler) http.Handler {
 }
 
 func (a *Auth) authorized(r *http.Request) bool {
+	if r.TLS == nil {
+		return false
+	}
 	if a.mode == config.PeerAuthMTLS {
-		return r.TLS != nil && len(r.TLS.VerifiedChains) > 0
+		return len(r.TLS.VerifiedChains) > 0
 	}
-	got, ok := bearer(r.Header.Get("Authorization"))
-	return ok && subtle.ConstantTimeCompare([]byte(got), a.psk) == 1
-}
-
-func bearer(h string) (string, bool) {
-	const p = "Bearer "
-	if len(h) < len(p) || !bytes.EqualFold([]byte(h[:len(p)]), []byte(p)) {
-		return "", false
-	}
-	return h[len(p):], true
+	// The control listener's VerifyPeerCertificate refused any certificate
+	// without the pinned key, so one that got here carries it; check again
+	// rather than rely on that from afar.
+	return len(r.TLS.PeerCertificates) > 0 && a.controlTLS.VerifyPeerCertificate([][]byte{r.TLS.PeerCertificates[0].Raw}, nil) == nil
 }
 
 // HTTPClient returns a client for control requests to peers: it presents
-// this node's certificate (mtls) or adds the bearer token (psk). It sets
-// no overall timeout, since generate streams last as long as decoding;
-// bound each request with its context.
+// this node's certificate and verifies the peer's. It sets no overall
+// timeout, since generate streams last as long as decoding; bound each
+// request with its context.
 func (a *Auth) HTTPClient() *http.Client {
 	tr := &http.Transport{
 		Proxy:               nil, // peers are addressed directly, never through a proxy
@@ -260,22 +227,6 @@ func (a *Auth) HTTPClient() *http.Client {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	if a.mode == config.PeerAuthMTLS {
-		tr.TLSClientConfig = a.clientTLS.Clone()
-		return &http.Client{Transport: tr}
-	}
-	return &http.Client{Transport: &bearerTransport{base: tr, token: "Bearer " + string(a.psk)}}
-}
-
-// bearerTransport adds the pre-shared key to every request.
-type bearerTransport struct {
-	base  http.RoundTripper
-	token string
-}
-
-// RoundTrip implements http.RoundTripper.
-func (t *bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", t.token)
-	return t.base.RoundTrip(r)
+	tr.TLSClientConfig = a.clientTLS.Clone()
+	return &http.Client{Transport: tr}
 }

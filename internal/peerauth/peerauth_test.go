@@ -1,6 +1,7 @@
 package peerauth
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,18 +211,116 @@ func TestHTTP(t *testing.T) {
 	if got := httpStatus(t, k, psk(t, strings.Repeat("k", 40)), true); got != 200 {
 		t.Errorf("psk good peer: %d", got)
 	}
-	if got := httpStatus(t, k, psk(t, strings.Repeat("j", 40)), true); got != 401 {
-		t.Errorf("psk wrong key: %d, want 401", got)
+	// A peer with another key fails the handshake itself (each end
+	// refuses the other's certificate), so no request is answered.
+	if got := httpStatus(t, k, psk(t, strings.Repeat("j", 40)), true); got != -1 {
+		t.Errorf("psk wrong key: %d, want the connection refused", got)
 	}
 	if got := httpStatus(t, k, k, false); got != 401 {
 		t.Errorf("psk no key: %d, want 401", got)
 	}
+	// A request that carries no TLS at all never reaches the handler.
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest("GET", "/", nil)
-	req.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 39))
-	k.HTTPHandler(http.NotFoundHandler()).ServeHTTP(rec, req)
+	k.HTTPHandler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != 401 {
-		t.Errorf("psk prefix of the key: %d", rec.Code)
+		t.Errorf("psk without TLS: %d", rec.Code)
+	}
+}
+
+// TestPSKNeverOnTheWire: under psk, a control call and a stream are TLS:
+// someone watching the network sees neither the pre-shared key nor the
+// data (the key used to travel as a bearer token in plain HTTP).
+func TestPSKNeverOnTheWire(t *testing.T) {
+	key := strings.Repeat("s3cr3t-", 6)
+	a, b := psk(t, key), psk(t, key)
+	var wire bytes.Buffer
+	var mu sync.Mutex
+	// relay forwards one connection to target and records both ways.
+	relay := func(target string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					c.Close()
+					return
+				}
+				cp := func(dst, src net.Conn) {
+					buf := make([]byte, 4096)
+					for {
+						n, err := src.Read(buf)
+						if n > 0 {
+							mu.Lock()
+							wire.Write(buf[:n])
+							mu.Unlock()
+							dst.Write(buf[:n])
+						}
+						if err != nil {
+							dst.Close()
+							return
+						}
+					}
+				}
+				go cp(u, c)
+				go cp(c, u)
+			}
+		}()
+		return ln.Addr().String()
+	}
+	// A control call.
+	ln, err := a.ListenHTTP("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: a.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "peer-secret-reply") }))}
+	go srv.Serve(ln)
+	defer srv.Close()
+	resp, err := b.HTTPClient().Get(b.URL(relay(ln.Addr().String()), "/peer/v1/info"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "peer-secret-reply" {
+		t.Fatalf("control call through the relay: %d %q", resp.StatusCode, body)
+	}
+	// A stream.
+	sl, err := a.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	res := echo(sl)
+	c, err := b.Dial(context.Background(), relay(sl.Addr().String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("kvkvk"))
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "kvkvk" {
+		t.Fatalf("stream through the relay: %q %v", got, err)
+	}
+	c.Close()
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, secret := range []string{key, "s3cr3t", "peer-secret-reply", "/peer/v1/info", "kvkvk"} {
+		if bytes.Contains(wire.Bytes(), []byte(secret)) {
+			t.Errorf("%q crossed the wire in the clear", secret)
+		}
+	}
+	if wire.Len() == 0 {
+		t.Fatal("the relay saw nothing")
 	}
 }
 

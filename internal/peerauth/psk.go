@@ -1,155 +1,90 @@
 package peerauth
 
 import (
-	"context"
-	"crypto/hmac"
+	"bytes"
+	"crypto/ed25519"
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
 	"fmt"
-	"io"
-	"net"
-	"sync"
 	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
-// The PSK stream handshake. Both ends, concurrently:
-//
-//  1. send pskMagic and a fresh 32-byte random nonce;
-//  2. read the peer's magic and nonce;
-//  3. send HMAC-SHA256(key, label || clientNonce || serverNonce), where
-//     label names the sender's role ("client" or "server"), so one side's
-//     proof can never be reflected back as the other's;
-//  4. read the peer's proof and compare it in constant time.
-//
-// Each message is fixed-size and small enough to sit in a socket buffer,
-// so writing before reading cannot deadlock. Fresh nonces on both sides
-// make every proof single-use: a recorded handshake cannot be replayed.
-const (
-	pskMagic    = "BKPSK1\x00\x00"
-	nonceBytes  = 32
-	proofBytes  = sha256.Size
-	labelClient = "bulkhead peer psk v1 client"
-	labelServer = "bulkhead peer psk v1 server"
-)
+// Under psk, peers speak the same TLS 1.3 as under mtls, with one key pair
+// that every holder of the pre-shared key derives from it (HKDF-SHA256,
+// then an Ed25519 seed). Each process signs its own certificate with that
+// key, and each end of a connection requires the other's certificate to
+// carry exactly the derived public key. So the pre-shared key never
+// crosses the network (a bearer token would, to anyone watching a plain
+// HTTP call), every byte after the handshake is encrypted and
+// integrity-protected (a challenge–response at the start of a plain TCP
+// stream left the rest open to tampering), and a peer proves it holds the
+// key by TLS's own signature over the handshake.
 
-type pskListener struct {
-	net.Listener
-	key []byte
-}
+// pskInfo labels the derivation, so that the same key used elsewhere
+// gives an unrelated key pair.
+const pskInfo = "bulkhead peer psk v2: ed25519 identity"
 
-// Accept returns the next connection; it authenticates on first use.
-func (l *pskListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
+// newPSK builds the psk-mode Auth for key.
+func newPSK(key []byte) (*Auth, error) {
+	seed, err := hkdf.Key(sha256.New, key, nil, pskInfo, ed25519.SeedSize)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("peers.psk_file: deriving the peer key: %w", err)
 	}
-	return newPSKConn(c, l.key, false), nil
-}
-
-// pskConn is a connection that must pass the PSK handshake before any
-// data moves through it.
-type pskConn struct {
-	net.Conn
-	key    []byte
-	client bool
-
-	mu   sync.Mutex
-	done bool
-	err  error
-}
-
-func newPSKConn(c net.Conn, key []byte, client bool) *pskConn {
-	return &pskConn{Conn: c, key: key, client: client}
-}
-
-func (c *pskConn) Read(b []byte) (int, error) {
-	if err := c.handshakeContext(context.Background()); err != nil {
-		return 0, err
+	priv := ed25519.NewKeyFromSeed(seed)
+	pub := priv.Public().(ed25519.PublicKey)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "bulkhead peer (pre-shared key)"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(100 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
-	return c.Conn.Read(b)
-}
-
-func (c *pskConn) Write(b []byte) (int, error) {
-	if err := c.handshakeContext(context.Background()); err != nil {
-		return 0, err
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		return nil, fmt.Errorf("peers.psk_file: making the peer certificate: %w", err)
 	}
-	return c.Conn.Write(b)
-}
-
-// handshakeContext runs the handshake once; later calls return its result.
-// A failure closes the connection.
-func (c *pskConn) handshakeContext(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done {
-		return c.err
-	}
-	c.done = true
-	c.err = c.handshake(ctx)
-	if c.err != nil {
-		c.Conn.Close()
-	}
-	return c.err
-}
-
-func (c *pskConn) handshake(ctx context.Context) error {
-	deadline := time.Now().Add(handshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	if err := c.Conn.SetDeadline(deadline); err != nil {
-		return fmt.Errorf("%w: %v", ErrAuth, err)
-	}
-	stop := context.AfterFunc(ctx, func() { c.Conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	fail := func(step string, err error) error {
-		if ctx.Err() != nil {
-			err = ctx.Err()
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}
+	pinned := func(required bool) func([][]byte, [][]*x509.Certificate) error {
+		return func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				if required {
+					return errNoKey
+				}
+				return nil // the control listener: HTTPHandler decides
+			}
+			leaf, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return fmt.Errorf("the peer's certificate: %w", err)
+			}
+			if k, ok := leaf.PublicKey.(ed25519.PublicKey); !ok || !bytes.Equal(k, pub) {
+				return errNoKey
+			}
+			return nil
 		}
-		return fmt.Errorf("%w: pre-shared key handshake with %v: %s: %v", ErrAuth, c.RemoteAddr(), step, err)
 	}
-
-	mine := make([]byte, len(pskMagic)+nonceBytes)
-	copy(mine, pskMagic)
-	if _, err := rand.Read(mine[len(pskMagic):]); err != nil {
-		return fail("making a nonce", err)
-	}
-	if _, err := c.Conn.Write(mine); err != nil {
-		return fail("sending the nonce", err)
-	}
-	theirs := make([]byte, len(mine))
-	if _, err := io.ReadFull(c.Conn, theirs); err != nil {
-		return fail("reading the peer's nonce", err)
-	}
-	if string(theirs[:len(pskMagic)]) != pskMagic {
-		return fail("reading the peer's nonce", fmt.Errorf("the peer does not speak the bulkhead PSK handshake"))
-	}
-	cn, sn := mine[len(pskMagic):], theirs[len(pskMagic):]
-	myLabel, peerLabel := labelClient, labelServer
-	if !c.client {
-		cn, sn = sn, cn
-		myLabel, peerLabel = labelServer, labelClient
-	}
-	if _, err := c.Conn.Write(proof(c.key, myLabel, cn, sn)); err != nil {
-		return fail("sending the proof", err)
-	}
-	got := make([]byte, proofBytes)
-	if _, err := io.ReadFull(c.Conn, got); err != nil {
-		return fail("reading the peer's proof", err)
-	}
-	if !hmac.Equal(got, proof(c.key, peerLabel, cn, sn)) {
-		return fail("checking the peer's proof", fmt.Errorf("the peer does not hold this pre-shared key"))
-	}
-	if err := c.Conn.SetDeadline(time.Time{}); err != nil {
-		return fail("clearing the deadline", err)
-	}
-	return nil
+	base := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}
+	server := base.Clone()
+	server.ClientAuth = tls.RequireAnyClientCert
+	server.VerifyPeerCertificate = pinned(true)
+	control := base.Clone()
+	control.ClientAuth = tls.RequestClientCert
+	control.VerifyPeerCertificate = pinned(false)
+	client := base.Clone()
+	// The pin replaces the chain and the name: there is no CA, and a
+	// peer is whoever holds the key, whatever its address.
+	client.InsecureSkipVerify = true
+	client.VerifyPeerCertificate = pinned(true)
+	return &Auth{mode: config.PeerAuthPSK, serverTLS: server, controlTLS: control, clientTLS: client}, nil
 }
 
-func proof(key []byte, label string, clientNonce, serverNonce []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(label))
-	m.Write(clientNonce)
-	m.Write(serverNonce)
-	return m.Sum(nil)
-}
+// errNoKey is the handshake's verdict on a peer whose certificate does not
+// carry the key derived from this pre-shared key.
+var errNoKey = errors.New("the peer does not hold this pre-shared key")

@@ -3,6 +3,8 @@ package prefillsrv
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net"
@@ -56,7 +58,7 @@ func TestAdmissionFirst(t *testing.T) {
 	}
 	b, _ := json.Marshal(peerapi.PrefillRequest{ID: transfer.NewID().String(), Tenant: "acme", Prompt: prompt, MaxTokens: 4, DecodeKVAddr: ln.Addr().String()})
 	req := httptest.NewRequest("POST", peerapi.PathPrefill, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+strings.Repeat("k", 32))
+	asPeer(t, auth, req)
 	rec := httptest.NewRecorder()
 	// The engine loop is not running: only admission may answer. A prompt
 	// that got past admission would wait forever, so bound the wait.
@@ -125,7 +127,7 @@ func TestKVConnectionDuringPrefill(t *testing.T) {
 		b, _ := json.Marshal(peerapi.PrefillRequest{ID: transfer.NewID().String(), Tenant: "acme", Prompt: []int{1, 2, 3, 4}, MaxTokens: 4, DecodeKVAddr: raw.Addr().String()})
 		ctx, cancel := context.WithCancel(context.Background())
 		req := httptest.NewRequest("POST", peerapi.PathPrefill, bytes.NewReader(b)).WithContext(ctx)
-		req.Header.Set("Authorization", "Bearer "+string(key))
+		asPeer(t, auth, req)
 		rec := httptest.NewRecorder()
 		served := make(chan struct{})
 		go func() { s.Handler().ServeHTTP(rec, req); close(served) }()
@@ -172,4 +174,15 @@ func TestKVConnectionDuringPrefill(t *testing.T) {
 		s.threads.Close()
 		s.Model.Close()
 	}
+}
+
+// asPeer marks req as arriving over a connection whose peer presented
+// auth's own certificate, as a peer holding the same pre-shared key does.
+func asPeer(t *testing.T, auth *peerauth.Auth, req *http.Request) {
+	t.Helper()
+	cert, err := x509.ParseCertificate(auth.ClientTLS().Certificates[0].Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
 }
