@@ -125,6 +125,7 @@ func TestBadRequests(t *testing.T) {
 		{"echo", "/v1/completions", `{"model":"stories260K","prompt":"x","echo":true}`, 400, "echo", "not supported"},
 		{"five stops", "/v1/completions", `{"model":"stories260K","prompt":"x","stop":["a","b","c","d","e"]}`, 400, "stop", "at most 4"},
 		{"stop type", "/v1/completions", `{"model":"stories260K","prompt":"x","stop":7}`, 400, "stop", "string"},
+		{"max_tokens overflowing the sum", "/v1/completions", `{"model":"stories260K","prompt":"x","max_tokens":9223372036854775807}`, 400, "messages", "context length is 64"},
 		{"max_tokens 0", "/v1/completions", `{"model":"stories260K","prompt":"x","max_tokens":0}`, 400, "max_tokens", "at least 1"},
 		{"temperature", "/v1/completions", `{"model":"stories260K","prompt":"x","temperature":3}`, 400, "temperature", "between 0 and 2"},
 		{"top_p", "/v1/completions", `{"model":"stories260K","prompt":"x","top_p":0}`, 400, "top_p", "greater than 0"},
@@ -298,5 +299,22 @@ func TestClientGoneBeforeSubmit(t *testing.T) {
 			t.Fatalf("no 499 for the client that left:\n%s", body)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The prompt-count check also guards a generation cut short by a stop
+// sequence: the engine's Result still says what it processed, and a
+// mismatch withholds the text rather than answering 200.
+func TestPromptCountMismatchWithheldAtStop(t *testing.T) {
+	h := newHarness(t, func(_ *Options, f *fakeBackend) { f.lieAboutPN = 1 })
+	for _, stream := range []string{"false", "true"} {
+		resp := post(t, h, "/v1/completions", keyA, `{"model":"stories260K","prompt":"Once upon a time","max_tokens":40,"stop":"little cat","stream":`+stream+`}`)
+		raw, _ := io.ReadAll(resp.Body)
+		if strings.Contains(string(raw), `"finish_reason":"stop"`) || !strings.Contains(string(raw), "prompt_mismatch") {
+			t.Fatalf("stream=%s: status %d body %s", stream, resp.StatusCode, raw)
+		}
+		if stream == "false" && (resp.StatusCode != 500 || strings.Contains(string(raw), "Once")) {
+			t.Fatalf("status %d body %s", resp.StatusCode, raw)
+		}
 	}
 }

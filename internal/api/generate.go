@@ -157,10 +157,17 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, promp
 	lim := s.backend.Limits()
 	maxTokens := p.maxTokens
 	if maxTokens == 0 {
-		// As many as the context allows; at least 1 so that a prompt that
-		// already fills the context is rejected for its length, with the
-		// numbers, rather than for max_tokens.
-		maxTokens = max(1, min(lim.ContextLen, lim.PoolTokens)-len(prompt))
+		// As many as the context (and the tenant's KV quota, if it has
+		// one) allows; at least 1 so that a prompt that already fills the
+		// context is rejected for its length, with the numbers, rather
+		// than for max_tokens.
+		room := min(lim.ContextLen, lim.PoolTokens)
+		if tl, ok := s.backend.(engine.TenantLimiter); ok {
+			if n, ok := tl.TenantTokens(c.tenant); ok {
+				room = min(room, n)
+			}
+		}
+		maxTokens = max(1, room-len(prompt))
 	}
 	admitted, rej := engine.Admit(engine.Request{Tenant: c.tenant, Prompt: prompt, MaxTokens: maxTokens, Sampling: p.sampling}, lim)
 	if rej != nil {
@@ -247,7 +254,8 @@ func (g *generation) next(ctx context.Context) (string, *outcome) {
 
 // stopHit ends a generation whose output reached a stop sequence: the
 // request is cancelled so the backend frees it at once, and the final
-// Result is awaited briefly for its usage.
+// Result is awaited briefly for its usage. A Result whose prompt count
+// differs from the prompt submitted fails the request, as in end.
 func (g *generation) stopHit() *outcome {
 	g.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), cancelWait)
@@ -262,7 +270,9 @@ func (g *generation) stopHit() *outcome {
 	}
 	usage := engine.Usage{PromptTokens: len(g.prompt), CompletionTokens: g.count}
 	if res != nil && res.Usage.PromptTokens > 0 {
-		usage.PromptTokens = res.Usage.PromptTokens
+		if res.Usage.PromptTokens != len(g.prompt) {
+			return g.end(res, errPromptMismatch(res.Usage.PromptTokens, len(g.prompt)))
+		}
 		usage.CachedTokens = res.Usage.CachedTokens
 	}
 	g.outcome = &outcome{finish: engine.FinishStop, usage: usage}
@@ -285,7 +295,7 @@ func (g *generation) end(res *engine.Result, fail *errkind.Error, finish ...engi
 		}
 		switch {
 		case res.Usage.PromptTokens != len(g.prompt):
-			o.err = errkind.New(errkind.Integrity, "prompt_mismatch", "the engine reported processing %d prompt tokens for a %d-token prompt; the output was withheld", res.Usage.PromptTokens, len(g.prompt))
+			o.err = errPromptMismatch(res.Usage.PromptTokens, len(g.prompt))
 		case o.finish != engine.FinishStop && o.finish != engine.FinishLength:
 			o.err = errkind.New(errkind.Internal, "invalid_result", "the engine ended the request without a finish reason or an error")
 		}
@@ -298,6 +308,10 @@ func (g *generation) end(res *engine.Result, fail *errkind.Error, finish ...engi
 	}
 	g.outcome = o
 	return o
+}
+
+func errPromptMismatch(reported, submitted int) *errkind.Error {
+	return errkind.New(errkind.Integrity, "prompt_mismatch", "the engine reported processing %d prompt tokens for a %d-token prompt; the output was withheld", reported, submitted)
 }
 
 // collect runs a generation to the end and returns its text (which must

@@ -74,16 +74,19 @@ func Admit(req Request, lim Limits) (Admitted, *errkind.Error) {
 	return Admitted{req: req}, nil
 }
 
-// checkLimits is the length half of admission.
+// checkLimits is the length half of admission. It compares max_tokens
+// with what the limit leaves after the prompt, so that a max_tokens near
+// the largest int cannot overflow the sum into a small number that passes.
 func checkLimits(req Request, lim Limits) *errkind.Error {
 	n := len(req.Prompt)
+	total := uint64(n) + uint64(req.MaxTokens) // both are non-negative: no overflow
 	switch {
 	case n > lim.MaxInputTokens:
 		return tooLong("prompt has %d tokens; this deployment accepts at most %d input tokens", n, lim.MaxInputTokens)
-	case n+req.MaxTokens > lim.ContextLen:
-		return tooLong("prompt has %d tokens and max_tokens is %d, %d in all; this deployment's context length is %d tokens", n, req.MaxTokens, n+req.MaxTokens, lim.ContextLen)
-	case n+req.MaxTokens > lim.PoolTokens:
-		return tooLong("prompt has %d tokens and max_tokens is %d, %d in all; the KV cache can hold at most %d tokens for one request", n, req.MaxTokens, n+req.MaxTokens, lim.PoolTokens)
+	case req.MaxTokens > lim.ContextLen-n:
+		return tooLong("prompt has %d tokens and max_tokens is %d, %d in all; this deployment's context length is %d tokens", n, req.MaxTokens, total, lim.ContextLen)
+	case req.MaxTokens > lim.PoolTokens-n:
+		return tooLong("prompt has %d tokens and max_tokens is %d, %d in all; the KV cache can hold at most %d tokens for one request", n, req.MaxTokens, total, lim.PoolTokens)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
@@ -149,6 +150,17 @@ func TenantPagesFit(pool *kv.Pool, req Request) *errkind.Error {
 	return nil
 }
 
+// TenantTokens implements TenantLimiter: a tenant with a KV page quota
+// can hold at most that many pages' tokens (see TenantPagesFit).
+func (e *Engine) TenantTokens(tenant string) (int, bool) {
+	lim, ok := e.pool.Config().TenantPages[tenant]
+	if !ok {
+		return 0, false
+	}
+	_, pageSize := e.pool.Capacity()
+	return lim * pageSize, true
+}
+
 // Submit implements Backend.
 func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {
 	return e.submit(ctx, a, nil)
@@ -288,10 +300,17 @@ func (e *Engine) release(tenant string) {
 	e.mu.Unlock()
 }
 
+// Bounds of the step loop's wait when nothing can run (see Run).
+const (
+	minStallWait = 50 * time.Microsecond
+	maxStallWait = 5 * time.Millisecond
+)
+
 // Run is the step loop. It returns when ctx is cancelled, after failing
 // every request still queued or running and freeing their pages.
 func (e *Engine) Run(ctx context.Context) error {
 	defer e.shutdown()
+	var stall time.Duration
 	for {
 		if e.sched.idle() {
 			select {
@@ -308,7 +327,32 @@ func (e *Engine) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		e.step()
+		if e.step() {
+			stall = 0
+			continue
+		}
+		// Nothing could run: every queued request waits for pages held
+		// outside the engine (a decode server's reservation, a lease on
+		// KV still in transfer). The pool does not announce frees, so
+		// look again after a wait that backs off to maxStallWait, rather
+		// than spin a core; a submission, a cancellation or shutdown
+		// ends the wait at once.
+		stall = min(max(2*stall, minStallWait), maxStallWait)
+		e.stalled(ctx, stall)
+	}
+}
+
+// stalled waits up to d for a submission, a cancellation or ctx's end.
+func (e *Engine) stalled(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case r := <-e.submitCh:
+		e.enqueue(r)
+	case r := <-e.cancelCh:
+		e.finish(r, Result{Err: errCancelled})
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -399,8 +443,9 @@ func (e *Engine) finish(r *request, res Result) {
 	e.release(r.tenant)
 }
 
-// step runs one batch: plan, forward, sample, emit.
-func (e *Engine) step() {
+// step runs one batch: plan, forward, sample, emit. It reports whether
+// anything changed: a request started, was preempted or computed tokens.
+func (e *Engine) step() bool {
 	plan := e.sched.plan()
 	e.stats.queued.Add(int64(len(plan.preempted) - len(plan.started)))
 	e.stats.running.Add(int64(len(plan.started) - len(plan.preempted)))
@@ -412,14 +457,14 @@ func (e *Engine) step() {
 	}
 	defer e.observe(plan.tokens)
 	if len(plan.batch) == 0 {
-		return
+		return len(plan.preempted) > 0
 	}
 	if err := e.runner.Forward(plan.seqs); err != nil {
 		// A malformed batch is a bug; fail its requests rather than loop.
 		for _, r := range plan.batch {
 			e.finish(r, Result{Err: errkind.Wrap(errkind.Internal, "internal_error", err, "forward pass failed")})
 		}
-		return
+		return true
 	}
 	e.stats.steps.Add(1)
 	e.stats.batched.Add(uint64(plan.tokens))
@@ -459,4 +504,5 @@ func (e *Engine) step() {
 			e.finish(r, Result{Finish: FinishLength})
 		}
 	}
+	return true
 }

@@ -131,3 +131,14 @@ type Backend interface {
 	// started (quota, overload, shutdown) and holds nothing.
 	Submit(ctx context.Context, a Admitted) (*Stream, error)
 }
+
+// TenantLimiter is implemented by a Backend whose tenants can have tighter
+// limits than Limits (a KV page quota). The HTTP layer sizes the default
+// max_tokens of a request that sends none with it, so that such a request
+// gets what its tenant can hold rather than a rejection.
+type TenantLimiter interface {
+	// TenantTokens is the most tokens, prompt plus generated, that one
+	// request of tenant can ever hold; ok is false when the tenant has no
+	// limit of its own.
+	TenantTokens(tenant string) (tokens int, ok bool)
+}
