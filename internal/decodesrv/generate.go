@@ -30,9 +30,18 @@ type eventWriter struct {
 	w   http.ResponseWriter
 	rc  *http.ResponseController
 	err error
+	// ending, when set, runs once before the stream's last event (an
+	// error or done) is written: what the request registered is gone by
+	// the time the router can read that it ended, so a cancel the router
+	// sends after that finds nothing (Known false), never a stale entry.
+	ending func()
 }
 
 func (e *eventWriter) send(ev peerapi.Event) error {
+	if f := e.ending; f != nil && (ev.Type == peerapi.EventError || ev.Type == peerapi.EventDone) {
+		e.ending = nil
+		f()
+	}
 	if e.err != nil {
 		return e.err
 	}
@@ -78,11 +87,13 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.active[id] = cancel
 	s.mu.Unlock()
-	defer func() {
+	unregister := func() {
 		s.mu.Lock()
 		delete(s.active, id)
 		s.mu.Unlock()
-	}()
+	}
+	ev.ending = unregister
+	defer unregister()
 	if ev.send(peerapi.Event{Type: peerapi.EventReserved}) != nil {
 		cancel()
 	}
