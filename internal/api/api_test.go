@@ -299,6 +299,26 @@ func TestAuth(t *testing.T) {
 	// /v1/models needs a key too.
 	_, err := h.client("").Models.List(ctx)
 	apiError(t, err, 401)
+	_, err = h.client("").Models.Get(ctx, "m")
+	apiError(t, err, 401)
+}
+
+// TestModelsGet: GET /v1/models/{id} answers the served model and 404s
+// any other, as openai-go's Models.Get expects.
+func TestModelsGet(t *testing.T) {
+	h := newHarness(t, nil)
+	list, err := h.client(keyA).Models.List(ctx)
+	if err != nil || len(list.Data) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	m, err := h.client(keyA).Models.Get(ctx, list.Data[0].ID)
+	if err != nil || m.ID != list.Data[0].ID || m.OwnedBy != "bulkhead" {
+		t.Fatalf("get %q: %+v %v", list.Data[0].ID, m, err)
+	}
+	_, err = h.client(keyA).Models.Get(ctx, "gpt-4o")
+	if e := apiError(t, err, 404); e.Code != "model_not_found" || !strings.Contains(e.Message, `"gpt-4o"`) {
+		t.Fatalf("unknown model: %+v", e)
+	}
 }
 
 func TestNoAuthMode(t *testing.T) {

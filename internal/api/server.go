@@ -137,6 +137,7 @@ func New(opts Options) (*Server, error) {
 	s.tmpl = tmpl
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/v1/models", s.api(http.MethodGet, s.handleModels))
+	s.mux.HandleFunc("/v1/models/{id...}", s.api(http.MethodGet, s.handleModel))
 	s.mux.HandleFunc("/v1/completions", s.api(http.MethodPost, s.handleCompletions))
 	s.mux.HandleFunc("/v1/chat/completions", s.api(http.MethodPost, s.handleChat))
 	s.mux.HandleFunc("/health", s.handleHealth)
@@ -265,12 +266,22 @@ func (s *Server) authenticate(r *http.Request) (string, *errkind.Error) {
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, c *call) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"object": "list",
-		"data": []map[string]any{{
-			"id": s.opts.ModelName, "object": "model", "created": s.created, "owned_by": "bulkhead",
-		}},
-	})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{s.modelObject()}})
+}
+
+// handleModel is GET /v1/models/{id}, which clients call to check that a
+// model exists before using it.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, c *call) {
+	if id := r.PathValue("id"); id != s.opts.ModelName {
+		s.writeError(w, r, &errkind.Error{Kind: errkind.NotFound, Code: "model_not_found", Param: "model",
+			Message: fmt.Sprintf("model %q is not served here; this server serves %q", id, s.opts.ModelName)})
+		return
+	}
+	writeJSON(w, http.StatusOK, s.modelObject())
+}
+
+func (s *Server) modelObject() map[string]any {
+	return map[string]any{"id": s.opts.ModelName, "object": "model", "created": s.created, "owned_by": "bulkhead"}
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
