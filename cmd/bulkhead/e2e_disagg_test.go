@@ -293,6 +293,20 @@ func TestDisaggPairLimitsDiffer(t *testing.T) {
 	}
 	pair.d.waitNoLeak(t, "decode after prefill's refusal")
 	pair.p.waitNoLeak(t, "prefill after its refusal")
+
+	// Without max_tokens, umbrella's request is sized to the 64 tokens its
+	// prefill quota holds (advertised at the handshake), not to the
+	// context, and runs.
+	uc := pair.router.client("sk-umbrella-0123456789")
+	resp, err = uc.Completions.New(ctx, openai.CompletionNewParams{
+		Model: "stories260K", Prompt: tokenPrompt(10), Temperature: openai.Float(0)})
+	if err != nil {
+		t.Fatalf("umbrella without max_tokens: %v", err)
+	}
+	if u := resp.Usage; u.PromptTokens != 10 || u.PromptTokens+u.CompletionTokens > 64 {
+		t.Fatalf("umbrella without max_tokens: usage %+v, want at most 64 tokens in all", u)
+	}
+	pair.d.waitNoLeak(t, "decode after umbrella's request")
 }
 
 // TestDisaggFaults: a KV connection killed mid-transfer (kill fault) is a

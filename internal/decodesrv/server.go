@@ -250,8 +250,9 @@ func (s *Server) Info() peerapi.Info {
 	return peerapi.Info{
 		Role: "decode", Protocol: peerapi.Protocol, Model: s.Model.Name, Fingerprint: s.Model.Fingerprint(),
 		Layers: s.layers, KVDim: s.Model.Config.KVDim(), KVType: s.Pool.Config().Type.String(), PageSize: s.cfg.KV.PageSize, Limits: s.limits,
-		KVAddr: s.kvAddr.Load().(string),
-		Load:   peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.live.Load())},
+		TenantTokens: server.TenantTokens(s.Pool),
+		KVAddr:       s.kvAddr.Load().(string),
+		Load:         peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.live.Load())},
 	}
 }
 

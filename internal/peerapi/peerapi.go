@@ -45,6 +45,11 @@ type Info struct {
 	// Limits are this peer's own admission limits; a pair's effective
 	// limits are the minimum of both (engine.Limits.Min).
 	Limits engine.Limits `json:"limits"`
+	// TenantTokens are the tenants whose KV page quota (max_kv_pages)
+	// bounds one request below Limits, each with the most tokens, prompt
+	// plus generated, one of its requests can hold here. The router sizes
+	// a request that sends no max_tokens to the smallest over the peers.
+	TenantTokens map[string]int `json:"tenant_tokens,omitempty"`
 	// KVAddr is where a decode server accepts KV transfer connections.
 	KVAddr string `json:"kv_addr,omitempty"`
 	// Load is the peer's current load, for least-loaded pairing.

@@ -195,7 +195,8 @@ func (s *Server) Info() peerapi.Info {
 	return peerapi.Info{
 		Role: "prefill", Protocol: peerapi.Protocol, Model: s.Model.Name, Fingerprint: s.Model.Fingerprint(),
 		Layers: s.Model.Config.Layers, KVDim: s.Model.Config.KVDim(), KVType: s.Pool.Config().Type.String(), PageSize: s.cfg.KV.PageSize, Limits: s.limits,
-		Load: peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.sending.Load())},
+		TenantTokens: server.TenantTokens(s.Pool),
+		Load:         peerapi.Load{Running: st.Running, Queued: st.Queued, FreePages: s.Pool.Stats().Free, Transfers: int(s.sending.Load())},
 	}
 }
 

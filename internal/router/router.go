@@ -69,6 +69,9 @@ type Router struct {
 	decode  []*peer
 	ref     peerapi.Info // the first peer's info: the deployment's identity
 	limits  engine.Limits
+	// tenantTokens bounds one request of a tenant with a KV page quota
+	// (TenantTokens); fixed at the handshake, as limits is.
+	tenantTokens map[string]int
 
 	ctx    context.Context // ends at Close; every peer call hangs off it
 	stop   context.CancelFunc
@@ -186,6 +189,7 @@ func (r *Router) handshake(ctx context.Context) error {
 	}
 	r.ref = infos[0]
 	var bad []string
+	tenantTokens := map[string]int{}
 	lim := r.opts.Own
 	if lim.ContextLen <= 0 {
 		lim.ContextLen = infos[0].Limits.ContextLen
@@ -202,13 +206,18 @@ func (r *Router) handshake(ctx context.Context) error {
 			continue
 		}
 		lim = lim.Min(infos[i].Limits)
+		for t, n := range infos[i].TenantTokens {
+			if m, ok := tenantTokens[t]; !ok || n < m {
+				tenantTokens[t] = n
+			}
+		}
 		p.info, p.up = infos[i], true
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("router: refusing to start: the peers do not form one deployment (reference: %s %s, model %s, fingerprint %s, protocol %d, %d layers × kv_dim %d, kv dtype %s):\n  %s",
 			peers[0].role, peers[0].addr, r.ref.Model, short(r.ref.Fingerprint), r.ref.Protocol, r.ref.Layers, r.ref.KVDim, r.ref.KVType, strings.Join(bad, "\n  "))
 	}
-	r.limits = lim
+	r.limits, r.tenantTokens = lim, tenantTokens
 	r.log.Info("handshake complete", "prefill", len(r.prefill), "decode", len(r.decode), "model", r.ref.Model,
 		"context_len", lim.ContextLen, "max_input_tokens", lim.MaxInputTokens, "pool_tokens", lim.PoolTokens)
 	return nil
@@ -217,6 +226,15 @@ func (r *Router) handshake(ctx context.Context) error {
 // Limits are the tightest limits over every peer (and the router's own):
 // a request admitted against them fits whichever pair runs it.
 func (r *Router) Limits() engine.Limits { return r.limits }
+
+// TenantTokens implements engine.TenantLimiter: the smallest of the
+// peers' advertised per-tenant limits (peerapi.Info.TenantTokens), so a
+// request that sends no max_tokens is sized to what its tenant may hold
+// on whichever pair runs it.
+func (r *Router) TenantTokens(tenant string) (int, bool) {
+	n, ok := r.tenantTokens[tenant]
+	return n, ok
+}
 
 // Info is the deployment's identity, as the first peer described it.
 func (r *Router) Info() peerapi.Info { return r.ref }

@@ -576,3 +576,27 @@ func TestUnreachableDecodeIsRetriedOnAnother(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantTokensAreTheMinimumOverPeers: a tenant with a KV page quota on
+// any peer is bounded by the smallest one, so the API sizes a request that
+// sends no max_tokens to fit it; a tenant with no quota anywhere has none.
+func TestTenantTokensAreTheMinimumOverPeers(t *testing.T) {
+	f := newFake()
+	f.infoHook = func(i *peerapi.Info) {
+		if i.Role == RolePrefill {
+			i.TenantTokens = map[string]int{"umbrella": 64, "initech": 256}
+		} else {
+			i.TenantTokens = map[string]int{"umbrella": 128}
+		}
+	}
+	r, _ := f.start(t, 1, 1)
+	var _ engine.TenantLimiter = r
+	for tenant, want := range map[string]int{"umbrella": 64, "initech": 256} {
+		if n, ok := r.TenantTokens(tenant); !ok || n != want {
+			t.Errorf("%s: %d %v, want %d", tenant, n, ok, want)
+		}
+	}
+	if _, ok := r.TenantTokens("acme"); ok {
+		t.Error("acme has no quota on any peer, but a limit")
+	}
+}

@@ -218,3 +218,19 @@ func AdmitPeer(id, tenant string, prompt []int, maxTokens int, sampling peerapi.
 	}
 	return tid, a, nil
 }
+
+// TenantTokens is, for each tenant with a KV page quota in pool, the most
+// tokens one of its requests can hold (quota × page size): what a peer
+// advertises in peerapi.Info.TenantTokens.
+func TenantTokens(pool *kv.Pool) map[string]int {
+	pages := pool.Config().TenantPages
+	if len(pages) == 0 {
+		return nil
+	}
+	_, pageSize := pool.Capacity()
+	out := make(map[string]int, len(pages))
+	for t, n := range pages {
+		out[t] = n * pageSize
+	}
+	return out
+}
