@@ -36,7 +36,7 @@ type PoolFullError struct {
 
 func (e *PoolFullError) Error() string {
 	return fmt.Sprintf("kv pool full: need %d pages (%d tokens), %d of %d pages free (page size %d)",
-		e.Need, e.Need*e.PageSize, e.Free, e.Pages, e.PageSize)
+		e.Need, uint64(e.Need)*uint64(e.PageSize), e.Free, e.Pages, e.PageSize)
 }
 
 // Is makes errors.Is(err, ErrPoolFull) true.

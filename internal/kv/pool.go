@@ -154,6 +154,10 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, fmt.Errorf("%w: %d pages × %d tokens × %d layers × %d floats overflows",
 			ErrConfig, cfg.Pages, cfg.PageSize, cfg.Layers, cfg.KVDim)
 	}
+	if uint64(total) > maxPoolWords {
+		return nil, fmt.Errorf("%w: %d pages × %d tokens × %d layers × %d words is %d bytes each for K and V, more than one allocation can hold (%d)",
+			ErrConfig, cfg.Pages, cfg.PageSize, cfg.Layers, cfg.RowWords(), 4*uint64(total), 4*uint64(maxPoolWords))
+	}
 	p := &Pool{
 		cfg:       cfg,
 		words:     cfg.RowWords(),
@@ -181,6 +185,11 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	}
 	return p, nil
 }
+
+// maxPoolWords bounds each of the pool's K and V slices: 2^48 bytes is the
+// most one Go allocation may hold on 64-bit platforms, and make panics
+// beyond it instead of failing.
+const maxPoolWords = 1 << 46
 
 func mul(a, b int) (int, bool) {
 	if a == 0 || b == 0 {
@@ -216,7 +225,7 @@ func (p *Pool) reserve(tenant uint32, n int) ([]int32, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	if lim := p.tenantLimit[tenant]; lim >= 0 && p.tenantUsed[tenant]+n > lim {
+	if lim := p.tenantLimit[tenant]; lim >= 0 && n > lim-p.tenantUsed[tenant] { // no sum to wrap
 		return nil, &QuotaError{Tenant: p.tenantNames[tenant], Used: p.tenantUsed[tenant], Need: n, Limit: lim}
 	}
 	if n > len(p.free) {

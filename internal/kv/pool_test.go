@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -74,6 +75,9 @@ func TestNewPoolRejectsBadConfig(t *testing.T) {
 		{Pages: 1, PageSize: 4, Layers: 1, KVDim: 1, Scrub: 9},
 		{Pages: 1, PageSize: 4, Layers: 1, KVDim: 1, TenantPages: map[string]int{"a": -1}},
 		{Pages: math.MaxInt32, PageSize: 1 << 20, Layers: 1 << 10, KVDim: 1 << 10},
+		// No overflow, but 2 × 2^49 bytes: more than one Go allocation may
+		// hold, so make would panic rather than fail.
+		{Pages: 1 << 27, PageSize: 1 << 10, Layers: 16, KVDim: 64},
 	} {
 		if _, err := NewPool(c); !errors.Is(err, ErrConfig) {
 			t.Errorf("NewPool(%+v) = %v, want ErrConfig", c, err)
@@ -486,5 +490,54 @@ func TestSpansAreCapped(t *testing.T) {
 	k, _, _ := s.Slot(1, 5)
 	if cap(k) != 3 {
 		t.Fatalf("slot cap %d, want 3", cap(k))
+	}
+}
+
+// TestHugeSizesDoNotWrap: a token count near the top of int must not wrap
+// to a negative page count, which "fits" any pool. Alloc and Grow fail as
+// pool full, saying how many tokens were asked for, and Truncate to such a
+// size changes nothing.
+func TestHugeSizesDoNotWrap(t *testing.T) {
+	p, err := NewPool(PoolConfig{Pages: 4, PageSize: 3, Layers: 1, KVDim: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := p.Alloc(Owner{"a", 1}, math.MaxInt); !errors.Is(err, ErrPoolFull) {
+		t.Fatalf("Alloc(MaxInt): sequence of capacity %d, error %v; want pool full", s.Cap(), err)
+	} else if want := "(9223372036854775809 tokens)"; !strings.Contains(err.Error(), want) {
+		t.Errorf("Alloc(MaxInt): %q does not say %s", err, want)
+	}
+	s, err := p.Alloc(Owner{"a", 2}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Grow(math.MaxInt - 1); !errors.Is(err, ErrPoolFull) || s.Cap() != 3 {
+		t.Fatalf("Grow(MaxInt-1): %v, capacity %d; want pool full and capacity 3", err, s.Cap())
+	}
+	if err := s.Grow(-1); !errors.Is(err, ErrRange) {
+		t.Fatalf("Grow(-1): %v, want ErrRange", err)
+	}
+	s.Truncate(math.MaxInt)
+	if s.Cap() != 3 {
+		t.Fatalf("Truncate(MaxInt): capacity %d, want 3", s.Cap())
+	}
+	if st := p.Stats(); st.Free != 3 || st.Allocs != 1 {
+		t.Fatalf("after huge requests: %+v, want 3 free pages and 1 allocation", st)
+	}
+}
+
+// TestHugeSizeIsOverQuota: a tenant at its page quota asking for a size
+// near the top of int is over quota (which holds back only that tenant),
+// never merely "pool full" because the quota sum wrapped.
+func TestHugeSizeIsOverQuota(t *testing.T) {
+	p, err := NewPool(PoolConfig{Pages: 4, PageSize: 1, Layers: 1, KVDim: 2, TenantPages: map[string]int{"b": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Alloc(Owner{"b", 1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Alloc(Owner{"b", 2}, math.MaxInt); !errors.Is(err, ErrQuota) {
+		t.Fatalf("Alloc(MaxInt) for a tenant holding 1 of its 2 pages: %v, want ErrQuota", err)
 	}
 }

@@ -64,6 +64,7 @@ func (m *machine) check(t *rapid.T) {
 		t.Fatalf("invariant 8: tenant B holds %d pages, quota %d", st.TenantPages["B"], pmQuotaB)
 	}
 	m.checkSums(t, onFree)
+	m.checkAccounting(t)
 }
 
 // checkSums is invariant 9, for a pool with Checksums: every checksum

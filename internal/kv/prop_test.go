@@ -60,8 +60,9 @@ type machine struct {
 	seqs       []*mSeq
 	leases     []*mLease
 	refs       []*mRef
-	stale      []*Seq // forged copies of freed tables
-	next       uint64 // request ids
+	released   []*mRef // shared references already released (invariant 11)
+	stale      []*Seq  // forged copies of freed tables
+	next       uint64  // request ids
 	stamp      uint32
 	violations uint64
 	lastGen    map[int32]uint64
@@ -409,6 +410,7 @@ func (m *machine) releaseRef(t *rapid.T) {
 	if err := m.p.Release(m.refs[i].r); err != nil {
 		t.Fatalf("Release ref: %v", err)
 	}
+	m.released = append(m.released, m.refs[i])
 	m.refs = append(m.refs[:i], m.refs[i+1:]...)
 }
 
@@ -498,18 +500,21 @@ func TestPoolStateMachine(t *testing.T) {
 				}
 				m := &machine{p: p, lastGen: map[int32]uint64{}}
 				actions := map[string]func(*rapid.T){
-					"":         m.check,
-					"alloc":    m.alloc,
-					"grow":     m.grow,
-					"write":    m.write,
-					"read":     m.read,
-					"lease":    m.lease,
-					"unlease":  m.unlease,
-					"free":     m.free,
-					"truncate": m.truncate,
-					"share":    m.share,
-					"release":  m.releaseRef,
-					"stale":    m.staleRead,
+					"":               m.check,
+					"alloc":          m.alloc,
+					"grow":           m.grow,
+					"write":          m.write,
+					"read":           m.read,
+					"lease":          m.lease,
+					"unlease":        m.unlease,
+					"free":           m.free,
+					"truncate":       m.truncate,
+					"share":          m.share,
+					"release":        m.releaseRef,
+					"stale":          m.staleRead,
+					"attachReleased": m.attachReleased,
+					"leaseRead":      m.leaseRead,
+					"huge":           m.huge,
 					// Writing and sharing need a few steps of setup each, so
 					// they get a double share of the draws.
 					"write2": m.write,
@@ -550,7 +555,7 @@ func TestPoolStateMachine(t *testing.T) {
 		})
 	}
 	t.Logf("actions completed: %v", ran)
-	for _, name := range []string{"share", "stale", "unlease", "release", "truncate"} {
+	for _, name := range []string{"share", "stale", "unlease", "release", "truncate", "attachReleased", "leaseRead", "huge"} {
 		if ran[name]+ran[name+"2"] == 0 {
 			t.Errorf("action %q never completed: the generators no longer reach it", name)
 		}

@@ -90,7 +90,16 @@ func (p *Pool) AllocWithPrefix(owner Owner, prefix []PageRef, tokens int) (*Seq,
 	return s, nil
 }
 
-func (p *Pool) pagesFor(tokens int) int { return (tokens + p.cfg.PageSize - 1) / p.cfg.PageSize }
+// pagesFor is ceil(tokens/PageSize) for tokens >= 0, written so that a
+// count near the top of int cannot wrap to a negative number of pages
+// (which would "fit" in any pool).
+func (p *Pool) pagesFor(tokens int) int {
+	n := tokens / p.cfg.PageSize
+	if tokens%p.cfg.PageSize != 0 {
+		n++
+	}
+	return n
+}
 
 // adopt appends freshly reserved pages to the table, tagged as s's.
 func (s *Seq) adopt(pages []int32) {
@@ -114,8 +123,12 @@ func (s *Seq) resizeBits() {
 // Owner returns the owner the sequence was allocated for.
 func (s *Seq) Owner() Owner { return s.owner }
 
-// Grow ensures capacity for tokens positions, all or nothing.
+// Grow ensures capacity for tokens positions, all or nothing. A negative
+// count fails with ErrRange.
 func (s *Seq) Grow(tokens int) error {
+	if tokens < 0 {
+		return fmt.Errorf("%w: growth to %d tokens", ErrRange, tokens)
+	}
 	p := s.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()

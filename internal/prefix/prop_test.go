@@ -20,19 +20,27 @@ import (
 //     ownership violation and the cache no release error.
 //  4. Once the cache is cleared and every sequence freed, every page is
 //     free and scrubbed.
+//  5. A sequence that attached cached blocks reads them back unchanged for
+//     as long as it lives, whatever the cache evicts meanwhile.
+//  6. The tree is whole: every block's parent is cached, child counts and
+//     per-namespace block counts match the blocks, and LRU order puts no
+//     block before its parent (so leaves go first).
 func TestNoCrossNamespaceHits(t *testing.T) {
 	namespaces := []string{"tenant:a", "tenant:b", "group:c"}
-	const quota = 5
+	// group:c's quota is below the longest chain, so inserts there keep
+	// meeting a full namespace part-way along a cached chain.
+	quotas := map[string]int{"tenant:a": 5, "tenant:b": 5, "group:c": 2}
 	rapid.Check(t, func(t *rapid.T) {
 		p, err := kv.NewPool(kv.PoolConfig{Pages: 24, PageSize: bs, Layers: 2, KVDim: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := New(p, Config{MaxBlocks: quota})
+		c, err := New(p, Config{MaxBlocks: 5, NamespaceBlocks: map[string]int{"group:c": 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var live []*kv.Seq
+		var held []attached
 		prompt := rapid.SliceOfN(rapid.IntRange(0, 1), 0, 3*bs+2)
 		var req uint64
 
@@ -86,18 +94,21 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 				if err != nil {
 					t.Fatalf("attach: %v", err)
 				}
-				defer s.Free()
-				buf := make([]float32, 2*matched)
-				for l := range 2 {
-					if err := s.ReadTokens(l, 0, matched, buf, buf); err != nil {
-						t.Fatal(err)
-					}
-					for pos := range matched {
-						if k0, k1 := content(ns, tokens[:pos+1]); buf[2*pos] != k0 || buf[2*pos+1] != k1 {
-							t.Fatalf("invariant 1: %s position %d of layer %d holds KV of another prefix or namespace", ns, pos, l)
-						}
-					}
+				a := attached{s: s, ns: ns, tokens: tokens[:matched]}
+				a.check(t)
+				if rapid.Bool().Draw(t, "keepAttached") {
+					// Invariant 5: it must still read back after the
+					// cache evicts the blocks and their writers are freed.
+					held = append(held, a)
+				} else {
+					s.Free()
 				}
+			},
+			"reread": func(t *rapid.T) {
+				if len(held) == 0 {
+					t.Skip("nothing attached")
+				}
+				held[rapid.IntRange(0, len(held)-1).Draw(t, "held")].check(t)
 			},
 			"evict": func(t *rapid.T) {
 				c.Evict(rapid.SampledFrom(namespaces).Draw(t, "ns"), rapid.IntRange(1, 3).Draw(t, "n"))
@@ -114,17 +125,22 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 			"": func(t *rapid.T) {
 				st := c.Stats()
 				for ns, n := range st.Blocks {
-					if n > quota {
-						t.Fatalf("invariant 3: %s caches %d blocks, quota %d", ns, n, quota)
+					if n > quotas[ns] {
+						t.Fatalf("invariant 3: %s caches %d blocks, quota %d", ns, n, quotas[ns])
 					}
 				}
 				if st.ReleaseErrors != 0 || p.Stats().Violations != 0 {
 					t.Fatalf("invariant 3: %d release errors, %d violations", st.ReleaseErrors, p.Stats().Violations)
 				}
+				checkTree(t, c)
 			},
 		})
 		for _, s := range live {
 			s.Free()
+		}
+		for _, a := range held {
+			a.check(t)
+			a.s.Free()
 		}
 		c.Clear()
 		if st := p.Stats(); st.Free != st.Pages {
@@ -134,4 +150,59 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 			t.Fatalf("invariant 4: %v", err)
 		}
 	})
+}
+
+// attached is a sequence that attached the cached blocks of tokens in ns.
+type attached struct {
+	s      *kv.Seq
+	ns     string
+	tokens []int
+}
+
+// check is invariant 1 (and 5): the attached positions hold the KV a
+// prefill under ns wrote for exactly these tokens.
+func (a attached) check(t *rapid.T) {
+	n := len(a.tokens)
+	buf := make([]float32, 2*n)
+	for l := range 2 {
+		if err := a.s.ReadTokens(l, 0, n, buf, buf); err != nil {
+			t.Fatalf("read attached blocks: %v", err)
+		}
+		for pos := range n {
+			if k0, k1 := content(a.ns, a.tokens[:pos+1]); buf[2*pos] != k0 || buf[2*pos+1] != k1 {
+				t.Fatalf("invariant 1: %s position %d of layer %d holds KV of another prefix or namespace", a.ns, pos, l)
+			}
+		}
+	}
+}
+
+// checkTree is invariant 6, on the cache's own state.
+func checkTree(t *rapid.T, c *Cache) {
+	children := map[*node]int{}
+	blocks := map[*space]int{}
+	for k, n := range c.nodes {
+		if n.key != k {
+			t.Fatalf("invariant 6: block %v stored under key %v", n.key, k)
+		}
+		blocks[n.ns]++
+		if n.parent != nil {
+			if c.nodes[n.parent.key] != n.parent {
+				t.Fatalf("invariant 6: block %v is cached without its parent", k)
+			}
+			children[n.parent]++
+			if n.stamp > n.parent.stamp {
+				t.Fatalf("invariant 6: block %v was used after its parent", k)
+			}
+		}
+	}
+	for _, n := range c.nodes {
+		if n.children != children[n] {
+			t.Fatalf("invariant 6: block %v counts %d children, has %d", n.key, n.children, children[n])
+		}
+	}
+	for _, sp := range c.spaces {
+		if sp.blocks != blocks[sp] || sp.lru.Len() != sp.blocks {
+			t.Fatalf("invariant 6: %s counts %d blocks, lists %d, has %d", sp.name, sp.blocks, sp.lru.Len(), blocks[sp])
+		}
+	}
 }
