@@ -170,8 +170,12 @@ func (s *Server) build(plan Plan) error {
 	if cfg.PrefixCache.Enabled {
 		quotas := map[string]int{}
 		for _, t := range cfg.Tenants {
-			if t.MaxCachedBlocks > 0 {
-				quotas[cfg.PrefixNamespace(t.Name)] = t.MaxCachedBlocks
+			// Tenants in one prefix group share a namespace: it gets the
+			// smallest quota any of them sets, not whichever came last.
+			if ns := cfg.PrefixNamespace(t.Name); t.MaxCachedBlocks > 0 {
+				if q, ok := quotas[ns]; !ok || t.MaxCachedBlocks < q {
+					quotas[ns] = t.MaxCachedBlocks
+				}
 			}
 		}
 		if s.Prefix, err = prefix.New(s.Pool, prefix.Config{MaxBlocks: cfg.PrefixCache.MaxBlocks, NamespaceBlocks: quotas}); err != nil {
