@@ -161,6 +161,22 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// prefixQuotas is each prefix-cache namespace's block limit from the
+// tenants' max_cached_blocks. Tenants in one prefix group share a
+// namespace: it gets the smallest quota any of them sets, not whichever
+// came last.
+func prefixQuotas(cfg *config.Config) map[string]int {
+	quotas := map[string]int{}
+	for _, t := range cfg.Tenants {
+		if ns := cfg.PrefixNamespace(t.Name); t.MaxCachedBlocks > 0 {
+			if q, ok := quotas[ns]; !ok || t.MaxCachedBlocks < q {
+				quotas[ns] = t.MaxCachedBlocks
+			}
+		}
+	}
+	return quotas
+}
+
 func (s *Server) build(plan Plan) error {
 	cfg := s.Config
 	var err error
@@ -168,17 +184,7 @@ func (s *Server) build(plan Plan) error {
 		return err
 	}
 	if cfg.PrefixCache.Enabled {
-		quotas := map[string]int{}
-		for _, t := range cfg.Tenants {
-			// Tenants in one prefix group share a namespace: it gets the
-			// smallest quota any of them sets, not whichever came last.
-			if ns := cfg.PrefixNamespace(t.Name); t.MaxCachedBlocks > 0 {
-				if q, ok := quotas[ns]; !ok || t.MaxCachedBlocks < q {
-					quotas[ns] = t.MaxCachedBlocks
-				}
-			}
-		}
-		if s.Prefix, err = prefix.New(s.Pool, prefix.Config{MaxBlocks: cfg.PrefixCache.MaxBlocks, NamespaceBlocks: quotas}); err != nil {
+		if s.Prefix, err = prefix.New(s.Pool, prefix.Config{MaxBlocks: cfg.PrefixCache.MaxBlocks, NamespaceBlocks: prefixQuotas(cfg)}); err != nil {
 			return err
 		}
 	}

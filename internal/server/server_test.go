@@ -58,3 +58,20 @@ func TestPreflight(t *testing.T) {
 		t.Fatalf("a pool of 240 tokens for a 256-token context passed preflight: %v", err)
 	}
 }
+
+// TestPrefixQuotasOfAGroup: tenants sharing a prefix group share one
+// namespace, whose quota is the smallest any of them sets, whatever
+// their order; a tenant on its own keeps its own.
+func TestPrefixQuotasOfAGroup(t *testing.T) {
+	cfg := config.Default()
+	cfg.Tenants = []config.Tenant{
+		{Name: "a", MaxCachedBlocks: 8, PrefixGroup: "g"},
+		{Name: "b", MaxCachedBlocks: 64, PrefixGroup: "g"},
+		{Name: "c", PrefixGroup: "g"},
+		{Name: "d", MaxCachedBlocks: 32},
+	}
+	q := prefixQuotas(cfg)
+	if g, d := q[cfg.PrefixNamespace("b")], q[cfg.PrefixNamespace("d")]; len(q) != 2 || g != 8 || d != 32 {
+		t.Fatalf("quotas %v: group %d (want 8), d %d (want 32)", q, g, d)
+	}
+}
