@@ -294,7 +294,7 @@ var notFoundRE = regexp.MustCompile(`line (\d+): field (\S+) not found in type c
 func cleanYAMLError(err error) error {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "yaml: ")
-	sections := map[string]string{"Config": "the top level", "KV": "kv", "PrefixCache": "prefix_cache", "Tenant": "a tenant"}
+	sections := map[string]string{"Config": "the top level", "KV": "kv", "PrefixCache": "prefix_cache", "Tenant": "a tenant", "Peers": "peers"}
 	msg = notFoundRE.ReplaceAllStringFunc(msg, func(m string) string {
 		s := notFoundRE.FindStringSubmatch(m)
 		where := sections[s[3]]
@@ -309,8 +309,10 @@ func cleanYAMLError(err error) error {
 // PrefixNamespace returns the prefix-cache namespace of tenant name:
 // "tenant:NAME", or "group:GROUP" when it shares its cache. Tenants
 // joined by share_prefix_cache_with (in either direction, transitively)
-// get one group named after the alphabetically first member, unless one of
-// them sets prefix_group. Unknown tenants get their own name.
+// get one group named "+" and the alphabetically first member (a name no
+// prefix_group can take, so such a group never meets a prefix_group
+// named like that member), unless one of them sets prefix_group. Unknown
+// tenants get their own name.
 func (c *Config) PrefixNamespace(name string) string {
 	groups := c.prefixGroups()
 	if g, ok := groups[name]; ok {
@@ -371,7 +373,7 @@ func (c *Config) prefixGroups() map[string]string {
 		case named != "":
 			out[t.Name] = named
 		case len(members[r]) > 1:
-			out[t.Name] = r
+			out[t.Name] = "+" + r // '+' is not allowed in a prefix_group
 		}
 	}
 	return out

@@ -3,11 +3,23 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+)
+
+// Upper bounds of sizes, far above any sane setting, that keep the
+// arithmetic and the up-front allocations they drive in range.
+const (
+	maxBatchTokens     = 1 << 20
+	maxSequences       = 1 << 20
+	maxQueue           = 1 << 20
+	maxPageSize        = 1 << 20
+	maxPages           = math.MaxInt32 // what kv.NewPool accepts
+	maxTransferTimeout = 3600          // seconds
 )
 
 // minKeyLen is the shortest API key that draws no warning: shorter keys
@@ -75,13 +87,30 @@ func (c *Config) validateScalars(v *validator) {
 			v.fail(f.path, "is %d; it must be at least 1", f.val)
 		}
 	}
+	// Upper bounds: each of these sizes an allocation made up front (the
+	// engine's batch buffers, its queue, the pool's page table) or enters
+	// arithmetic (pages × page_size, context_len + page_size) that must
+	// not overflow.
+	for _, f := range []struct {
+		path string
+		val  int
+		max  int
+	}{
+		{"batch_tokens", c.BatchTokens, maxBatchTokens}, {"max_sequences", c.MaxSequences, maxSequences},
+		{"max_queue", c.MaxQueue, maxQueue}, {"kv.page_size", c.KV.PageSize, maxPageSize}, {"kv.pages", c.KV.Pages, maxPages},
+	} {
+		if f.val > f.max {
+			v.fail(f.path, "is %d; it must be at most %d", f.val, f.max)
+		}
+	}
 	if c.MaxBodyBytes < 1024 {
 		v.fail("max_body_bytes", "is %d; it must be at least 1024", c.MaxBodyBytes)
 	}
 	if c.ContextLen > 0 && c.MaxInputTokens > c.ContextLen {
 		v.fail("max_input_tokens", "is %d but context_len is %d; a prompt can never be longer than the context", c.MaxInputTokens, c.ContextLen)
 	}
-	if c.ContextLen > 0 && c.KV.Pages > 0 && c.KV.PageSize > 0 && c.KV.Pages*c.KV.PageSize < c.ContextLen {
+	if c.ContextLen > 0 && c.KV.Pages > 0 && c.KV.PageSize > 0 && c.KV.Pages <= maxPages && c.KV.PageSize <= maxPageSize &&
+		c.KV.Pages*c.KV.PageSize < c.ContextLen {
 		v.fail("kv.pages", "is %d pages of %d tokens (%d tokens) but one full-context request needs %d tokens (%d pages)",
 			c.KV.Pages, c.KV.PageSize, c.KV.Pages*c.KV.PageSize, c.ContextLen, (c.ContextLen+c.KV.PageSize-1)/c.KV.PageSize)
 	}
@@ -121,8 +150,10 @@ func (c *Config) validateScalars(v *validator) {
 	if c.Peers.Window < 1 || c.Peers.Window > 1024 {
 		v.fail("peers.window", "is %d; want 1 to 1024", c.Peers.Window)
 	}
-	if c.Peers.TransferTimeout < 1 {
-		v.fail("peers.transfer_timeout_s", "is %d; want at least 1", c.Peers.TransferTimeout)
+	if c.Peers.TransferTimeout < 1 || c.Peers.TransferTimeout > maxTransferTimeout {
+		// Above the bound a reservation's lease is as good as never, and
+		// far above it the deadline overflows time.Duration.
+		v.fail("peers.transfer_timeout_s", "is %d; want 1 to %d", c.Peers.TransferTimeout, maxTransferTimeout)
 	}
 	switch c.Auth {
 	case AuthNone:
@@ -162,8 +193,8 @@ func (c *Config) validateTenants(v *validator) {
 			switch {
 			case strings.TrimSpace(k) == "":
 				v.fail(kp, "is empty")
-			case k != strings.TrimSpace(k) || strings.ContainsAny(k, " \t\r\n"):
-				v.fail(kp, "contains whitespace, which an Authorization header cannot carry")
+			case k != strings.TrimSpace(k) || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+				v.fail(kp, "contains whitespace or a control character, which an Authorization header cannot carry")
 			default:
 				// The message names both places, never the key itself.
 				if first, dup := keys[k]; dup {
@@ -209,19 +240,57 @@ func (c *Config) hasSharing() bool {
 	return false
 }
 
-// checkGroupConflicts rejects tenants joined by share_prefix_cache_with
-// whose prefix_group settings disagree: the shared namespace would be
-// ambiguous.
+// checkGroupConflicts rejects tenants joined by share_prefix_cache_with,
+// directly or through other tenants, whose prefix_group settings
+// disagree: the shared namespace would be ambiguous, and resolving it
+// would merge both groups into one.
 func (c *Config) checkGroupConflicts(v *validator) {
+	parent := make([]int, len(c.Tenants))
+	index := map[string]int{}
+	for i, t := range c.Tenants {
+		parent[i] = i
+		if _, dup := index[t.Name]; !dup {
+			index[t.Name] = i
+		}
+	}
+	var find func(int) int
+	find = func(x int) int {
+		if parent[x] != x {
+			parent[x] = find(parent[x])
+		}
+		return parent[x]
+	}
 	for i, t := range c.Tenants {
 		for _, o := range t.SharePrefixCacheWith {
-			for _, u := range c.Tenants {
-				if u.Name == o && t.PrefixGroup != "" && u.PrefixGroup != "" && t.PrefixGroup != u.PrefixGroup {
-					v.fail(fmt.Sprintf("tenants[%d].share_prefix_cache_with", i), "joins %q (prefix_group %q) to %q (prefix_group %q); a shared cache has one group",
-						t.Name, t.PrefixGroup, u.Name, u.PrefixGroup)
-				}
+			if j, ok := index[o]; ok {
+				parent[find(j)] = find(i)
 			}
 		}
+	}
+	type named struct{ tenant, group string }
+	groups := map[int][]named{} // component root -> its distinct prefix_groups, first holder of each
+	for _, t := range c.Tenants {
+		if t.PrefixGroup == "" {
+			continue
+		}
+		r := find(index[t.Name])
+		if !slices.ContainsFunc(groups[r], func(n named) bool { return n.group == t.PrefixGroup }) {
+			groups[r] = append(groups[r], named{t.Name, t.PrefixGroup})
+		}
+	}
+	reported := map[int]bool{}
+	for i, t := range c.Tenants {
+		r := find(i)
+		if len(t.SharePrefixCacheWith) == 0 || len(groups[r]) < 2 || reported[r] {
+			continue
+		}
+		reported[r] = true
+		var names []string
+		for _, n := range groups[r] {
+			names = append(names, fmt.Sprintf("%q (prefix_group %q)", n.tenant, n.group))
+		}
+		v.fail(fmt.Sprintf("tenants[%d].share_prefix_cache_with", i), "joins %s into one shared cache; a shared cache has one group",
+			strings.Join(names, " and "))
 	}
 }
 

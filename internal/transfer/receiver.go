@@ -225,7 +225,7 @@ func (r *Receiver) frame(out []Action, peer uint64, f *Frame) []Action {
 // afterEnd answers frames for a finished transfer so that a sender whose
 // ACK or ABORT was lost learns the verdict from its retransmission.
 func (r *Receiver) afterEnd(out []Action, peer uint64, f *Frame) []Action {
-	if peer != r.peer || f.Type == TypeAbort {
+	if r.peer != 0 && peer != r.peer || f.Type == TypeAbort {
 		return out
 	}
 	if r.state == rReady {

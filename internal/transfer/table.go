@@ -159,7 +159,11 @@ func (t *Table) frame(out []Action, e FrameIn) []Action {
 		return t.stepOne(out, f.ID, e)
 	}
 	if fin, ok := t.done[f.ID]; ok {
-		if e.Peer != fin.peer || f.Type == TypeAbort {
+		// Only the connection the transfer was bound to learns its
+		// verdict; one that failed before any OPEN bound it (its lease
+		// ran out, or it was cancelled) answers whoever claims the id, so
+		// a late sender hears why instead of nothing until its own lease.
+		if fin.peer != 0 && e.Peer != fin.peer || f.Type == TypeAbort {
 			return out
 		}
 		if fin.ready {
