@@ -9,6 +9,10 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
 )
 
+// tensorsPerLayer is the fewest tensors one layer has: two norms and seven
+// matrices.
+const tensorsPerLayer = 9
+
 // Build assembles a Model from a config, tensors named as in GGUF
 // (token_embd.weight, blk.N.attn_q.weight, ...) and a tokenizer. Every
 // tensor's shape and type is checked against the config, so a file whose
@@ -20,6 +24,12 @@ func Build(cfg Config, tensors []tensor.Tensor, tok *tokenizer.Tokenizer) (*Mode
 	}
 	if tok != nil && tok.VocabSize() != cfg.Vocab {
 		return nil, fmt.Errorf("tokenizer has %d tokens, model has a vocabulary of %d", tok.VocabSize(), cfg.Vocab)
+	}
+	// The layer count comes from the file; check it against the tensors
+	// before allocating anything per layer.
+	if cfg.Layers > len(tensors)/tensorsPerLayer {
+		return nil, fmt.Errorf("model config has %d layers, but there are only %d tensors (each layer needs %d)",
+			cfg.Layers, len(tensors), tensorsPerLayer)
 	}
 	byName := make(map[string]*tensor.Tensor, len(tensors))
 	for i := range tensors {

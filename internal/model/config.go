@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 )
 
 // RopeStyle says which elements of a head RoPE rotates together.
@@ -75,14 +76,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("model config: RoPE dimension %d must be even and at most the head size %d", c.RopeDim, c.HeadDim)
 	case c.ContextLen <= 0:
 		return fmt.Errorf("model config: context length %d must be positive", c.ContextLen)
-	case c.RopeTheta <= 0:
-		return fmt.Errorf("model config: RoPE theta %g must be positive", c.RopeTheta)
-	case c.RopeScale <= 0:
-		return fmt.Errorf("model config: RoPE scale %g must be positive", c.RopeScale)
+	case !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0):
+		return fmt.Errorf("model config: RoPE theta %g must be positive and finite", c.RopeTheta)
+	case !(c.RopeScale > 0) || math.IsInf(c.RopeScale, 0):
+		return fmt.Errorf("model config: RoPE scale %g must be positive and finite", c.RopeScale)
 	case c.RopeFreqFactors != nil && len(c.RopeFreqFactors) != c.RopeDim/2:
 		return fmt.Errorf("model config: %d RoPE frequency factors, want %d", len(c.RopeFreqFactors), c.RopeDim/2)
-	case !(c.NormEps > 0):
-		return fmt.Errorf("model config: norm epsilon %g must be positive", c.NormEps)
+	case !(c.NormEps > 0) || math.IsInf(float64(c.NormEps), 0):
+		return fmt.Errorf("model config: norm epsilon %g must be positive and finite", c.NormEps)
 	}
 	return nil
 }

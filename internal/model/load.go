@@ -193,16 +193,8 @@ func GGUFConfig(f *gguf.File) (Config, error) {
 		return Config{}, err
 	}
 	cfg.NormEps = float32(eps)
-	if st, err := f.String(arch + ".rope.scaling.type"); err == nil {
-		switch st {
-		case "none", "":
-		case "linear":
-			if cfg.RopeScale, err = f.Float(arch + ".rope.scaling.factor"); err != nil {
-				return Config{}, err
-			}
-		default:
-			return Config{}, fmt.Errorf("RoPE scaling type %q is not supported (supported: none, linear, and Llama 3 frequency factors)", st)
-		}
+	if cfg.RopeScale, err = ggufRopeScale(f, arch); err != nil {
+		return Config{}, err
 	}
 	if t, ok := f.Tensor("token_embd.weight"); ok && len(t.Shape) == 2 {
 		cfg.Vocab = t.Shape[1]
@@ -214,6 +206,40 @@ func GGUFConfig(f *gguf.File) (Config, error) {
 		return Config{}, firstErr
 	}
 	return cfg, nil
+}
+
+// ggufRopeScale reads linear RoPE scaling as llama.cpp does: the type
+// (rope.scaling.type) defaults to "linear" when absent, the factor comes
+// from rope.scaling.factor or else the older rope.scale_linear, and a
+// missing or zero factor, or type "none", means no scaling.
+func ggufRopeScale(f *gguf.File, arch string) (float64, error) {
+	typ := "linear"
+	if _, ok := f.Get(arch + ".rope.scaling.type"); ok {
+		var err error
+		if typ, err = f.String(arch + ".rope.scaling.type"); err != nil {
+			return 0, err
+		}
+	}
+	factor := 0.0
+	for _, key := range []string{arch + ".rope.scaling.factor", arch + ".rope.scale_linear"} {
+		if _, ok := f.Get(key); ok {
+			var err error
+			if factor, err = f.Float(key); err != nil {
+				return 0, err
+			}
+			break
+		}
+	}
+	switch typ {
+	case "none", "":
+		return 1, nil
+	case "linear":
+		if factor == 0 {
+			return 1, nil
+		}
+		return factor, nil
+	}
+	return 0, fmt.Errorf("gguf key %s.rope.scaling.type: RoPE scaling type %q is not supported (supported: none, linear, and Llama 3 frequency factors)", arch, typ)
 }
 
 // GGUFTokenizer builds the tokenizer from tokenizer.ggml.* metadata.
