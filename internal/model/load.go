@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/bulkhead-llm/bulkhead/internal/embedded"
@@ -292,12 +293,16 @@ func GGUFTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 			return nil, err
 		}
 	}
-	eot := -1
-	if err := id("tokenizer.ggml.eot_token_id", &eot); err != nil {
-		return nil, err
-	}
-	if eot >= 0 {
-		s.EOT = append(s.EOT, eot)
+	// End of turn and, for Llama 3.1's tool calls, end of message: either
+	// ends a generation, as EOS does.
+	for _, key := range []string{"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"} {
+		end := -1
+		if err := id(key, &end); err != nil {
+			return nil, err
+		}
+		if end >= 0 && !slices.Contains(s.EOT, end) {
+			s.EOT = append(s.EOT, end)
+		}
 	}
 	s.AddBOS = s.Model == "llama"
 	if v, ok := f.Get("tokenizer.ggml.add_bos_token"); ok {

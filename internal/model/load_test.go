@@ -152,3 +152,27 @@ func TestGGUFHugeBlockCount(t *testing.T) {
 		t.Errorf("FromGGUF allocated %d MiB before rejecting the layer count", got>>20)
 	}
 }
+
+// TestGGUFEndTokens: both the end-of-turn and the end-of-message ids
+// (Llama 3.1 ends a tool call with <|eom_id|>) end a generation, as EOS
+// does; an id given twice counts once, and one outside the vocabulary is
+// an error naming the key.
+func TestGGUFEndTokens(t *testing.T) {
+	m, err := model.FromGGUF(tinyGGUF(t, func(kvs []gguf.KV) []gguf.KV {
+		return set(set(kvs, "tokenizer.ggml.eot_token_id", uint32(300)), "tokenizer.ggml.eom_token_id", uint32(301))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[int]bool{300: true, 301: true, 302: false} {
+		if got := m.IsEnd(tok); got != want {
+			t.Errorf("IsEnd(%d) = %v, want %v", tok, got, want)
+		}
+	}
+	_, err = model.FromGGUF(tinyGGUF(t, func(kvs []gguf.KV) []gguf.KV {
+		return set(kvs, "tokenizer.ggml.eom_token_id", uint32(100000))
+	}))
+	if err == nil || !strings.Contains(err.Error(), "tokenizer.ggml.eom_token_id") {
+		t.Fatalf("eom id outside the vocabulary: %v", err)
+	}
+}
