@@ -92,6 +92,7 @@ func TestBadModelFiles(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
 	cases := [][]string{
 		{"generate"}, // no prompt
 		{"generate", "--prompt", "x", "--max-tokens", "0"},
@@ -102,10 +103,28 @@ func TestUsageErrors(t *testing.T) {
 		{"convert", "--type", "q8_k", "--out", "x.gguf"},
 		{"convert", "--random", "7B", "--out", "x.gguf"},
 		{"nosuchcommand"},
+		// Sums that overflow must not slip past the context check.
+		{"generate", "--prompt", "x", "--max-tokens", "9223372036854775807"},
+		{"bench", "model", "--reps", "1", "--prompt-tokens", "8", "--gen-tokens", "9223372036854775807"},
+		// A config that loadgen refuses is a usage error, and a
+		// temperature with no JSON form must not crash the workers.
+		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "0"},
+		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "1", "--concurrency", "1", "--temperature", "NaN"},
+		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "1", "--concurrency", "1", "--temperature", "+Inf"},
+		{"certs", "--out", filepath.Join(dir, "pki"), "--hosts", ","}, // no host at all
+		{"convert", "--out", dir}, // a directory: refused before converting
+		{"license", "stray"},
 	}
 	for _, args := range cases {
 		if _, errOut, code := runCLI(t, args...); code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 with a message", args, code, errOut)
+		}
+	}
+	// 'bulkhead <command> -h', as the usage text suggests, is help (exit 0)
+	// for every command, bench included.
+	for _, args := range [][]string{{"bench", "-h"}, {"bench", "load", "-h"}, {"license", "-h"}, {"cluster", "-h"}} {
+		if out, errOut, code := runCLI(t, args...); code != 0 || out+errOut == "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit 0 with help", args, code, errOut)
 		}
 	}
 }

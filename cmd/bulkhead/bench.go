@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -29,6 +30,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return runBenchModel(args[1:], stdout, stderr)
 	case "load":
 		return runBenchLoad(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stderr, "usage: bulkhead bench model [flags]   a model file's prefill and decode speed\n       bulkhead bench load [flags]    an OpenAI-compatible endpoint under load\nRun 'bulkhead bench model -h' or 'bulkhead bench load -h' for their flags.")
+		return flag.ErrHelp
 	default:
 		return usagef("unknown benchmark %q (known: model, load)", args[0])
 	}
@@ -107,7 +111,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	if *promptN > m.Config.ContextLen || 1+*genN > m.Config.ContextLen {
+	if *promptN > m.Config.ContextLen || *genN > m.Config.ContextLen-1 { // not 1+*genN: that can overflow
 		return usagef("--prompt-tokens %d or 1 + --gen-tokens %d exceed the model's context of %d", *promptN, *genN, m.Config.ContextLen)
 	}
 	pool := kernels.NewPool(mf.threads)

@@ -89,6 +89,9 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	if len(rep.Levels) > 0 {
 		out.summary(rep, levels, *requests)
 	}
+	if errors.Is(runErr, loadgen.ErrConfig) {
+		return usageError{runErr} // a flag's value, refused before anything was sent
+	}
 	if runErr != nil {
 		return runErr
 	}

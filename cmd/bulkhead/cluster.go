@@ -133,11 +133,14 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 		if faults != "" {
 			args = append(args, "--faults", faults)
 		}
-		c, err := startChild(fmt.Sprintf("%s[%d]", role, idx), self, args, stderr)
+		c, err := startChild(ctx, fmt.Sprintf("%s[%d]", role, idx), self, args, stderr)
 		if err != nil {
 			return err
 		}
 		kids = append(kids, c)
+	}
+	if ctx.Err() != nil { // a signal that arrived as the last child announced
+		return errors.New("cluster: interrupted while starting the children")
 	}
 	for _, c := range kids {
 		if c.kv != "" {
@@ -193,8 +196,14 @@ func writeRoleConfig(path string, cfg *config.Config) error {
 // terminal's Ctrl-C reaches only the cluster, which stops children in
 // order), dying with the cluster even if the cluster is killed
 // (Pdeathsig), and waits for its announce line. Its stderr is copied to
-// ours with its name in front.
-func startChild(name, self string, args []string, stderr io.Writer) (*child, error) {
+// ours with its name in front. If ctx ends first (SIGTERM or SIGINT to
+// the cluster), it kills the child's group and says so: a child that is
+// still loading has nothing to drain, and the cluster's signal handler
+// must not hold a Ctrl-C until the announce deadline.
+func startChild(ctx context.Context, name, self string, args []string, stderr io.Writer) (*child, error) {
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("cluster: interrupted while starting %s", name)
+	}
 	cmd := exec.Command(self, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -253,6 +262,10 @@ func startChild(name, self string, args []string, stderr io.Writer) (*child, err
 		return c, nil
 	case <-c.exited:
 		return nil, fmt.Errorf("cluster: %s exited before announcing its address: %v", name, c.err)
+	case <-ctx.Done():
+		killGroup(c)
+		<-c.exited
+		return nil, fmt.Errorf("cluster: interrupted while starting %s", name)
 	case <-time.After(clusterStartWait):
 		killGroup(c)
 		<-c.exited

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -118,4 +119,36 @@ func TestClusterStopsEveryChild(t *testing.T) {
 			gone(t, name, pid)
 		}
 	})
+}
+
+// TestClusterStopsWhileStarting: SIGTERM while a child is still starting
+// (here it never can: its model is a FIFO nobody writes, so opening it
+// blocks) stops the cluster at once, with a non-zero status that says so,
+// instead of being held until the child's announce deadline.
+func TestClusterStopsWhileStarting(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "model.gguf")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	cfg := writeConfig(t, "model: "+fifo+"\n")
+	cmd := exec.Command(bulkheadBinary(t), "cluster", "--config", cfg, "--listen", "127.0.0.1:0")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	time.Sleep(500 * time.Millisecond) // the first child is blocked opening its model by now
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(stderr.String(), "interrupted") {
+			t.Fatalf("cluster exit %v after SIGTERM during startup; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("cluster still running 10s after SIGTERM during startup; stderr:\n%s", stderr.String())
+	}
 }

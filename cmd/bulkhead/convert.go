@@ -34,6 +34,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return usagef("--out is required")
 	}
+	if fi, err := os.Stat(*out); err == nil && fi.IsDir() {
+		// Said now, not after a conversion that can take minutes.
+		return usagef("--out %s is a directory; name the GGUF file to write", *out)
+	}
 	mixQ4KM, mixQ5KM := strings.EqualFold(*typ, "q4_k_m"), strings.EqualFold(*typ, "q5_k_m")
 	mixQ3KM := strings.EqualFold(*typ, "q3_k_m")
 	dt := tensor.Q4_K

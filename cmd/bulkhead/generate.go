@@ -14,6 +14,9 @@ import (
 func init() {
 	register("generate", "print a completion of --prompt (one-shot, no server)", runGenerate)
 	register("license", "print the licence notice of the embedded default model", func(args []string, stdout, stderr io.Writer) error {
+		if err := parse(newFlags("license", stderr), args); err != nil {
+			return err
+		}
 		fmt.Fprint(stdout, embeddedLicense())
 		return nil
 	})
@@ -81,7 +84,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	defer m.Close()
 	ids := m.Tokenizer.Encode(*prompt, true)
-	if len(ids)+*maxTokens > m.Config.ContextLen {
+	if *maxTokens > m.Config.ContextLen-len(ids) { // not len(ids)+*maxTokens: that can overflow
 		return usagef("prompt has %d tokens and --max-tokens is %d; together they exceed the model's context of %d tokens", len(ids), *maxTokens, m.Config.ContextLen)
 	}
 	pool := kernels.NewPool(mf.threads)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -134,17 +135,28 @@ func runCerts(args []string, stdout, stderr io.Writer) error {
 			hs = append(hs, h)
 		}
 	}
+	if len(hs) == 0 {
+		return usagef("--hosts %q names no host; list the IP addresses and DNS names the certificate is for", *hosts)
+	}
 	ca := *caDir
 	if ca == "" {
 		if err := peerauth.MakeCA(*out); err != nil {
 			return err
 		}
 		ca = *out
-		fmt.Fprintf(stdout, "bulkhead: made a CA (valid one year) in %s; keep %s on this machine\n", *out, peerauth.CAKeyFile)
 	}
 	p, err := peerauth.IssueNode(ca, *out, *name, hs)
 	if err != nil {
+		if *caDir == "" {
+			// The CA was made a moment ago for this certificate: remove
+			// it, or a corrected rerun would refuse to make a CA over it.
+			os.Remove(filepath.Join(ca, peerauth.CAKeyFile))
+			os.Remove(filepath.Join(ca, peerauth.CAFile))
+		}
 		return err
+	}
+	if *caDir == "" {
+		fmt.Fprintf(stdout, "bulkhead: made a CA (valid one year) in %s; keep %s on this machine\n", *out, peerauth.CAKeyFile)
 	}
 	fmt.Fprintf(stdout, "bulkhead: wrote node certificate %q for %s (valid one year) to %s\n", *name, strings.Join(hs, ", "), *out)
 	fmt.Fprintf(stdout, "peers:\n  auth: mtls\n  ca: %s\n  cert: %s\n  key: %s\n", p.CA, p.Cert, p.Key)

@@ -49,6 +49,24 @@ func TestCertsCommand(t *testing.T) {
 	}
 }
 
+// TestCertsFailureLeavesNoCA: when the node certificate cannot be issued
+// (here a bad --name), the CA made for it is not left behind, so the
+// corrected command succeeds instead of refusing to make a CA over it.
+func TestCertsFailureLeavesNoCA(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	var out, errb bytes.Buffer
+	if code := run([]string{"certs", "--out", dir, "--name", "../router"}, &out, &errb); code == 0 {
+		t.Fatalf("certs --name ../router: exit 0")
+	}
+	if strings.Contains(out.String(), "made a CA") {
+		t.Errorf("a failed run claims to have made a CA: %s", out.String())
+	}
+	errb.Reset()
+	if code := run([]string{"certs", "--out", dir, "--name", "router"}, &out, &errb); code != 0 {
+		t.Fatalf("the corrected command: exit %d: %s", code, errb.String())
+	}
+}
+
 // TestRolesRefuseWithoutPeerAuth: a prefill or decode server never runs
 // unauthenticated.
 func TestRolesRefuseWithoutPeerAuth(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -22,11 +23,18 @@ const (
 	Chat Endpoint = "chat"
 )
 
-// Bounds on a run, so that a typo cannot turn a benchmark into a flood.
+// Bounds on a run, so that a typo cannot turn a benchmark into a flood
+// (or into gigabytes of prompt text per request).
 const (
-	MaxConcurrency = 4096
-	MaxRequests    = 1_000_000
+	MaxConcurrency  = 4096
+	MaxRequests     = 1_000_000
+	MaxPromptTokens = 1_000_000
 )
+
+// ErrConfig is wrapped by the error Run returns for a Config it refuses
+// before sending anything, so that a caller can tell a mistake in how it
+// was invoked from a failure of the run.
+var ErrConfig = errors.New("invalid load generator configuration")
 
 // maxGapSamples bounds the inter-token gaps kept per level; past it they
 // are sampled (see reservoir).
@@ -197,6 +205,12 @@ func (r Report) Totals() Totals {
 	return t
 }
 
+// configError is a validate error; it matches ErrConfig.
+type configError struct{ error }
+
+func (e configError) Unwrap() error        { return e.error }
+func (e configError) Is(target error) bool { return target == ErrConfig }
+
 // validate checks cfg and fills defaults that have only one sensible
 // value; the caller's flag defaults cover the rest.
 func (cfg *Config) validate() error {
@@ -221,14 +235,16 @@ func (cfg *Config) validate() error {
 	if cfg.Warmup < 0 || cfg.Warmup > MaxRequests {
 		return fmt.Errorf("warmup %d: want 0 to %d", cfg.Warmup, MaxRequests)
 	}
-	if cfg.Prompt == "" && cfg.PromptTokens < 1 {
-		return fmt.Errorf("prompt tokens %d: want at least 1 (or a fixed prompt)", cfg.PromptTokens)
+	if cfg.Prompt == "" && (cfg.PromptTokens < 1 || cfg.PromptTokens > MaxPromptTokens) {
+		return fmt.Errorf("prompt tokens %d: want 1 to %d (or a fixed prompt)", cfg.PromptTokens, MaxPromptTokens)
 	}
 	if cfg.MaxTokens < 1 {
 		return fmt.Errorf("max tokens %d: want at least 1", cfg.MaxTokens)
 	}
-	if cfg.Temperature < 0 {
-		return fmt.Errorf("temperature %g: want 0 or more", cfg.Temperature)
+	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
+		// NaN and infinities have no JSON form: the request body could
+		// not even be written.
+		return fmt.Errorf("temperature %g: want a finite number, 0 or more", cfg.Temperature)
 	}
 	if cfg.Timeout <= 0 {
 		return fmt.Errorf("timeout %v: every request needs a positive deadline", cfg.Timeout)
@@ -238,12 +254,12 @@ func (cfg *Config) validate() error {
 
 // Run runs every level of cfg in turn and returns their reports. Failed
 // requests are part of the report, not an error; Run fails for a bad
-// config, a refused target, a model it cannot discover, a warmup in which
-// every request failed, or ctx ending, in which case the report holds the
-// levels that completed.
+// config (wrapping ErrConfig), a refused target, a model it cannot
+// discover, a warmup in which every request failed, or ctx ending, in
+// which case the report holds the levels that completed.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.validate(); err != nil {
-		return Report{}, err
+		return Report{}, configError{err}
 	}
 	base, err := CheckTarget(cfg.Target, cfg.AllowRemote)
 	if err != nil {

@@ -317,9 +317,12 @@ func TestRefusesRemoteTargets(t *testing.T) {
 	if _, err := CheckTarget("http://192.0.2.1", true); err != nil {
 		t.Errorf("allowRemote: %v", err)
 	}
-	// A password in the URL is refused without being repeated.
-	if _, err := CheckTarget("http://user:hunter2@127.0.0.1:8080", true); err == nil || strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("a target with a password: %v", err)
+	// A password in the URL is refused without being repeated, also when
+	// the URL does not even parse.
+	for _, target := range []string{"http://user:hunter2@127.0.0.1:8080", "http://user:hunter2@127.0.0.1:bad", "http://user:hunter2@127.0.0.1:80/%zz", "ftp://user:hunter2@127.0.0.1", "http://user:hunter2@"} {
+		if _, err := CheckTarget(target, true); err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("a target with a password: %v", err)
+		}
 	}
 }
 
@@ -346,12 +349,25 @@ func TestConfigValidation(t *testing.T) {
 		"no prompt":     func(c *Config) { c.PromptTokens = 0 },
 		"neg temp":      func(c *Config) { c.Temperature = -1 },
 		"neg warmup":    func(c *Config) { c.Warmup = -1 },
+		// Not representable in the JSON body: the workers would panic.
+		"NaN temp": func(c *Config) { c.Temperature = math.NaN() },
+		"inf temp": func(c *Config) { c.Temperature = math.Inf(1) },
+		// A typo that would build gigabytes of prompt per request.
+		"huge prompt": func(c *Config) { c.PromptTokens = MaxPromptTokens + 1 },
 	} {
 		cfg := baseConfig("http://127.0.0.1:1")
+		cfg.Model = "m" // so that a config accepted by mistake reaches the load loop, not model discovery
 		mut(&cfg)
-		if _, err := Run(context.Background(), cfg); err == nil || errors.Is(err, ErrNotLoopback) {
-			t.Errorf("%s: Run accepted the config (%v)", name, err)
+		if _, err := Run(context.Background(), cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: Run gave %v, want an error wrapping ErrConfig", name, err)
 		}
+	}
+	// The fixed prompt makes PromptTokens irrelevant, and a valid config
+	// against a closed port is failed requests, not a config error.
+	cfg := baseConfig("http://127.0.0.1:1")
+	cfg.Model, cfg.Requests, cfg.Prompt, cfg.PromptTokens = "m", 1, "hi", MaxPromptTokens+1
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Errorf("a valid config: %v", err)
 	}
 }
 

@@ -26,13 +26,20 @@ var ErrNotLoopback = errors.New("not a loopback address")
 func CheckTarget(target string, allowRemote bool) (*url.URL, error) {
 	u, err := url.Parse(target)
 	if err != nil {
-		return nil, fmt.Errorf("target %q: %w", target, err)
+		// Neither the target nor url.Error (which quotes it) is repeated:
+		// a URL that does not parse cannot be redacted, and it may hold a
+		// password.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("target is not a valid URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("target %q: scheme must be http or https, like http://127.0.0.1:8080", target)
+		return nil, fmt.Errorf("target %q: scheme must be http or https, like http://127.0.0.1:8080", u.Redacted())
 	}
 	if u.Hostname() == "" {
-		return nil, fmt.Errorf("target %q has no host", target)
+		return nil, fmt.Errorf("target %q has no host", u.Redacted())
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		// Redacted: a password in the URL must not reach the terminal.
