@@ -207,6 +207,9 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if !(pr.PrefillTokensPerS > 0 && pr.DecodeTokensPerS > 0) {
+			return fmt.Errorf("llama.cpp reported prefill %v and decode %v tokens/s; no ratio can be formed", pr.PrefillTokensPerS, pr.DecodeTokensPerS)
+		}
 		res.Peer = &pr
 		res.PrefillVsLlamaCpp = res.PrefillTokensPerS / pr.PrefillTokensPerS
 		res.DecodeVsLlamaCpp = res.DecodeTokensPerS / pr.DecodeTokensPerS
@@ -230,7 +233,10 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "ratio            prefill %.2fx, decode %.2fx llama.cpp\n", res.PrefillVsLlamaCpp, res.DecodeVsLlamaCpp)
 	}
 	if *asJSON {
-		b, _ := json.Marshal(res)
+		b, err := json.Marshal(res)
+		if err != nil {
+			return fmt.Errorf("bench model: the result cannot be written as JSON: %w", err)
+		}
 		fmt.Fprintln(stdout, string(b))
 	}
 	return nil
