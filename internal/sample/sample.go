@@ -46,6 +46,7 @@ type Sampler struct {
 	rng  *rand.Rand
 	idx  []int
 	prob []float32
+	heap []int // topKSet's scratch
 }
 
 // New returns a Sampler for p.
@@ -101,29 +102,7 @@ func (s *Sampler) Next(logits []float32) int {
 	for i := range prob {
 		prob[i] = float32(float64(prob[i]) / sum)
 	}
-	keep := n
-	if s.p.TopK > 0 && s.p.TopK < n || s.p.TopP > 0 && s.p.TopP < 1 {
-		sort.Slice(idx, func(a, b int) bool {
-			pa, pb := prob[idx[a]], prob[idx[b]]
-			if pa != pb {
-				return pa > pb
-			}
-			return idx[a] < idx[b]
-		})
-		if s.p.TopK > 0 && s.p.TopK < keep {
-			keep = s.p.TopK
-		}
-		if s.p.TopP > 0 && s.p.TopP < 1 {
-			var c float32
-			for i := 0; i < keep; i++ {
-				c += prob[idx[i]]
-				if c >= s.p.TopP {
-					keep = i + 1
-					break
-				}
-			}
-		}
-	}
+	idx, keep := s.candidates(idx, prob)
 	var total float32
 	for _, i := range idx[:keep] {
 		total += prob[i]
@@ -137,4 +116,133 @@ func (s *Sampler) Next(logits []float32) int {
 		}
 	}
 	return idx[keep-1]
+}
+
+// candidates orders the tokens top-k and top-p may draw from first in idx,
+// by probability, highest first, ties to the lower index, and returns idx
+// and how many of them may be drawn. Sorting the whole vocabulary for
+// every token cost more than the forward pass (6 ms for 32,000 tokens),
+// so it sorts only a set known to hold the answer: the k most likely
+// tokens under top-k, and under top-p alone the tokens no less likely than
+// a threshold below which all the others together cannot reach the mass
+// top-p leaves out. The walk over the sorted set is the one a full sort
+// would make, so the draw is the same; where the set turns out too small
+// (rounding), the full sort runs.
+func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
+	n := len(prob)
+	topK := s.p.TopK > 0 && s.p.TopK < n
+	topP := s.p.TopP > 0 && s.p.TopP < 1
+	if !topK && !topP {
+		return idx, n
+	}
+	var set []int
+	switch {
+	case topK:
+		set = topKSet(idx[:0], prob, s.p.TopK, &s.heap)
+	default:
+		// Every token left out has probability below t, so together they
+		// hold less than n·t, which is 1-TopP less a margin for rounding:
+		// the kept set holds more than TopP of the mass.
+		t := float32((1 - float64(s.p.TopP)) / 2 / float64(n))
+		set = idx[:0]
+		for i, p := range prob {
+			if p >= t {
+				set = append(set, i)
+			}
+		}
+	}
+	sortByProb(set, prob)
+	keep := len(set)
+	if topK {
+		keep = min(keep, s.p.TopK)
+	}
+	if topP {
+		var c float32
+		reached := false
+		for i := 0; i < keep; i++ {
+			c += prob[set[i]]
+			if c >= s.p.TopP {
+				keep, reached = i+1, true
+				break
+			}
+		}
+		if !reached && !topK {
+			// The set fell short of TopP in float32: walk the whole
+			// vocabulary, as before.
+			for i := range idx[:n] {
+				idx[i] = i
+			}
+			sortByProb(idx[:n], prob)
+			return s.walkTopP(idx[:n], prob, n)
+		}
+	}
+	return set, keep
+}
+
+// walkTopP is the top-p cut over tokens sorted by probability.
+func (s *Sampler) walkTopP(idx []int, prob []float32, keep int) ([]int, int) {
+	var c float32
+	for i := 0; i < keep; i++ {
+		c += prob[idx[i]]
+		if c >= s.p.TopP {
+			return idx, i + 1
+		}
+	}
+	return idx, keep
+}
+
+// before orders tokens by probability, highest first, ties to the lower
+// index: the order every cut and draw walks.
+func before(prob []float32, a, b int) bool {
+	if prob[a] != prob[b] {
+		return prob[a] > prob[b]
+	}
+	return a < b
+}
+
+func sortByProb(set []int, prob []float32) {
+	sort.Slice(set, func(a, b int) bool { return before(prob, set[a], set[b]) })
+}
+
+// topKSet appends to dst the k tokens that come first in before's order,
+// unsorted, keeping a min-heap (by that order) of the best k seen.
+func topKSet(dst []int, prob []float32, k int, heap *[]int) []int {
+	h := (*heap)[:0]
+	// worse reports whether token a comes after token b.
+	worse := func(a, b int) bool { return before(prob, b, a) }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			if r := l + 1; r < len(h) && worse(h[r], h[l]) {
+				l = r
+			}
+			if !worse(h[l], h[i]) {
+				return
+			}
+			h[i], h[l] = h[l], h[i]
+			i = l
+		}
+	}
+	for i := range prob {
+		switch {
+		case len(h) < k:
+			h = append(h, i)
+			for j := len(h) - 1; j > 0; {
+				p := (j - 1) / 2
+				if !worse(h[j], h[p]) {
+					break
+				}
+				h[j], h[p] = h[p], h[j]
+				j = p
+			}
+		case before(prob, i, h[0]):
+			h[0] = i
+			down(0)
+		}
+	}
+	*heap = h
+	return append(dst, h...)
 }
