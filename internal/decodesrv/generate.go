@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -264,17 +263,6 @@ func poolError(err error) error {
 		return errkind.Wrap(errkind.Quota, "kv_quota_exceeded", err, "this tenant holds its whole KV page quota on the decode server")
 	}
 	return errkind.Wrap(errkind.Internal, "internal_error", err, "could not reserve KV pages")
-}
-
-// promptBodyLimit is the largest control body carrying a prompt that a
-// server reads: max_body_bytes bounds what a client sends as text, but
-// the router sends the prompt as token ids, which can take more bytes
-// (up to digits+1 per token). A prompt this server's own limits admit
-// must never be refused as a body too large: that would be a 400 for a
-// request the client sent correctly.
-func promptBodyLimit(maxBody int64, maxInputTokens, vocab int) int64 {
-	perToken := int64(len(strconv.Itoa(max(vocab-1, 0))) + 1)
-	return max(maxBody, 64<<10+int64(maxInputTokens)*perToken)
 }
 
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {

@@ -58,7 +58,7 @@ type Server struct {
 	tm      *server.TransferMetrics
 	ready   atomic.Bool
 	kvAddr  atomic.Value // string
-	body    int64        // the largest generate body read (promptBodyLimit)
+	body    int64        // the largest generate body read (server.PromptBodyLimit)
 
 	layers int
 	kvDim  int // storage words per token per layer (kv.PoolConfig.RowWords)
@@ -111,7 +111,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]context.CancelFunc{},
 	}
 	s.kvAddr.Store("")
-	s.body = promptBodyLimit(cfg.MaxBodyBytes, lim.MaxInputTokens, m.Config.Vocab)
+	s.body = server.PromptBodyLimit(cfg.MaxBodyBytes, lim.MaxInputTokens, m.Config.Vocab)
 	if s.Pool, err = server.NewPool(cfg, m, s.Metrics); err != nil {
 		m.Close()
 		return nil, err

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,7 +59,7 @@ type Server struct {
 	tm      *server.TransferMetrics
 	ready   atomic.Bool
 	sending atomic.Int64
-	body    int64 // the largest prefill body read (promptBodyLimit)
+	body    int64 // the largest prefill body read (server.PromptBodyLimit)
 
 	mu     sync.Mutex
 	active map[transfer.ID]context.CancelFunc
@@ -91,7 +90,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Model: m, Metrics: metrics.New(), cfg: cfg, log: log, opts: opts, auth: auth, limits: lim,
-		active: map[transfer.ID]context.CancelFunc{}, body: promptBodyLimit(cfg.MaxBodyBytes, lim.MaxInputTokens, m.Config.Vocab)}
+		active: map[transfer.ID]context.CancelFunc{}, body: server.PromptBodyLimit(cfg.MaxBodyBytes, lim.MaxInputTokens, m.Config.Vocab)}
 	if s.Pool, err = server.NewPool(cfg, m, s.Metrics, server.SealKV); err != nil {
 		m.Close()
 		return nil, err
@@ -216,17 +215,6 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}
 	writeJSON(w, http.StatusOK, peerapi.CancelResult{Known: known})
-}
-
-// promptBodyLimit is the largest control body carrying a prompt that a
-// server reads: max_body_bytes bounds what a client sends as text, but
-// the router sends the prompt as token ids, which can take more bytes
-// (up to digits+1 per token). A prompt this server's own limits admit
-// must never be refused as a body too large: that would be a 400 for a
-// request the client sent correctly.
-func promptBodyLimit(maxBody int64, maxInputTokens, vocab int) int64 {
-	perToken := int64(len(strconv.Itoa(max(vocab-1, 0))) + 1)
-	return max(maxBody, 64<<10+int64(maxInputTokens)*perToken)
 }
 
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
@@ -227,10 +228,20 @@ func TenantTokens(pool *kv.Pool) map[string]int {
 	if len(pages) == 0 {
 		return nil
 	}
-	_, pageSize := pool.Capacity()
 	out := make(map[string]int, len(pages))
-	for t, n := range pages {
-		out[t] = n * pageSize
+	for t := range pages {
+		out[t], _ = pool.TenantTokens(t)
 	}
 	return out
+}
+
+// PromptBodyLimit is the largest control body carrying a prompt that a
+// prefill or decode server reads: max_body_bytes bounds what a client
+// sends as text, but the router sends the prompt as token ids, which can
+// take more bytes (up to digits+1 per token). A prompt the server's own
+// limits admit must never be refused as a body too large: that would be a
+// 400 for a request the client sent correctly.
+func PromptBodyLimit(maxBody int64, maxInputTokens, vocab int) int64 {
+	perToken := int64(len(strconv.Itoa(max(vocab-1, 0))) + 1)
+	return max(maxBody, 64<<10+int64(maxInputTokens)*perToken)
 }
