@@ -152,14 +152,7 @@ func TenantPagesFit(pool *kv.Pool, req Request) *errkind.Error {
 
 // TenantTokens implements TenantLimiter: a tenant with a KV page quota
 // can hold at most that many pages' tokens (see TenantPagesFit).
-func (e *Engine) TenantTokens(tenant string) (int, bool) {
-	lim, ok := e.pool.Config().TenantPages[tenant]
-	if !ok {
-		return 0, false
-	}
-	_, pageSize := e.pool.Capacity()
-	return lim * pageSize, true
-}
+func (e *Engine) TenantTokens(tenant string) (int, bool) { return e.pool.TenantTokens(tenant) }
 
 // Submit implements Backend.
 func (e *Engine) Submit(ctx context.Context, a Admitted) (*Stream, error) {

@@ -216,6 +216,14 @@ func (p *Pool) intern(name string) uint32 {
 // Capacity returns the number of pages and the tokens per page.
 func (p *Pool) Capacity() (pages, pageSize int) { return p.cfg.Pages, p.cfg.PageSize }
 
+// TenantTokens is the most tokens one sequence of tenant can ever hold
+// under its page quota (TenantPages × PageSize); ok is false when the
+// tenant has no quota.
+func (p *Pool) TenantTokens(tenant string) (tokens int, ok bool) {
+	pages, ok := p.cfg.TenantPages[tenant]
+	return pages * p.cfg.PageSize, ok
+}
+
 // Config returns the configuration the pool was built with.
 func (p *Pool) Config() PoolConfig { return p.cfg }
 
