@@ -2,32 +2,20 @@ package sample
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sort"
 	"testing"
 )
 
 // referenceNext is Next as it was before candidates: the whole vocabulary
-// sorted for every token under top-k or top-p. The draws must not change.
+// sorted for every token under top-k or top-p, then cut. The softmax and
+// the draw are unchanged and shared; the draws must not change.
 func referenceNext(s *Sampler, logits []float32) int {
 	if s.p.Temperature == 0 {
 		return Greedy(logits)
 	}
-	n := len(logits)
-	idx, prob := make([]int, n), make([]float32, n)
-	maxv := logits[Greedy(logits)]
-	var sum float64
-	for i, v := range logits {
-		e := math.Exp(float64((v - maxv) / s.p.Temperature))
-		prob[i] = float32(e)
-		sum += e
-		idx[i] = i
-	}
-	for i := range prob {
-		prob[i] = float32(float64(prob[i]) / sum)
-	}
-	keep := n
+	idx, prob := s.softmax(logits)
+	n, keep := len(idx), len(idx)
 	if s.p.TopK > 0 && s.p.TopK < n || s.p.TopP > 0 && s.p.TopP < 1 {
 		sort.Slice(idx, func(a, b int) bool {
 			pa, pb := prob[idx[a]], prob[idx[b]]
@@ -50,19 +38,7 @@ func referenceNext(s *Sampler, logits []float32) int {
 			}
 		}
 	}
-	var total float32
-	for _, i := range idx[:keep] {
-		total += prob[i]
-	}
-	r := s.rng.Float32() * total
-	var c float32
-	for _, i := range idx[:keep] {
-		c += prob[i]
-		if r < c {
-			return i
-		}
-	}
-	return idx[keep-1]
+	return s.draw(idx, prob, keep)
 }
 
 // TestCandidatesDrawAsTheFullSort: over peaked, flat, tied and tiny

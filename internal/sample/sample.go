@@ -84,13 +84,21 @@ func (s *Sampler) Next(logits []float32) int {
 	if s.p.Temperature == 0 {
 		return Greedy(logits)
 	}
+	idx, prob := s.softmax(logits)
+	idx, keep := s.candidates(idx, prob)
+	return s.draw(idx, prob, keep)
+}
+
+// softmax returns the tokens in index order and their probabilities at
+// the sampler's temperature, in its scratch; the sum is taken in float64
+// for stability.
+func (s *Sampler) softmax(logits []float32) (idx []int, prob []float32) {
 	n := len(logits)
 	if cap(s.idx) < n {
 		s.idx = make([]int, n)
 		s.prob = make([]float32, n)
 	}
-	idx, prob := s.idx[:n], s.prob[:n]
-	// Softmax with temperature, in float64 for a stable sum.
+	idx, prob = s.idx[:n], s.prob[:n]
 	maxv := logits[Greedy(logits)]
 	var sum float64
 	for i, v := range logits {
@@ -102,7 +110,12 @@ func (s *Sampler) Next(logits []float32) int {
 	for i := range prob {
 		prob[i] = float32(float64(prob[i]) / sum)
 	}
-	idx, keep := s.candidates(idx, prob)
+	return idx, prob
+}
+
+// draw picks one of the first keep tokens of idx, in proportion to their
+// probabilities, with the sampler's generator.
+func (s *Sampler) draw(idx []int, prob []float32, keep int) int {
 	var total float32
 	for _, i := range idx[:keep] {
 		total += prob[i]
@@ -136,10 +149,9 @@ func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
 		return idx, n
 	}
 	var set []int
-	switch {
-	case topK:
+	if topK {
 		set = topKSet(idx[:0], prob, s.p.TopK, &s.heap)
-	default:
+	} else {
 		// Every token left out has probability below t, so together they
 		// hold less than n·t, which is 1-TopP less a margin for rounding:
 		// the kept set holds more than TopP of the mass.
@@ -156,39 +168,35 @@ func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
 	if topK {
 		keep = min(keep, s.p.TopK)
 	}
-	if topP {
-		var c float32
-		reached := false
-		for i := 0; i < keep; i++ {
-			c += prob[set[i]]
-			if c >= s.p.TopP {
-				keep, reached = i+1, true
-				break
-			}
+	if !topP {
+		return set, keep
+	}
+	keep, reached := s.cutTopP(set, prob, keep)
+	if !reached && !topK {
+		// The set fell short of TopP in float32: walk the whole
+		// vocabulary, as before.
+		for i := range idx[:n] {
+			idx[i] = i
 		}
-		if !reached && !topK {
-			// The set fell short of TopP in float32: walk the whole
-			// vocabulary, as before.
-			for i := range idx[:n] {
-				idx[i] = i
-			}
-			sortByProb(idx[:n], prob)
-			return s.walkTopP(idx[:n], prob, n)
-		}
+		sortByProb(idx[:n], prob)
+		keep, _ = s.cutTopP(idx[:n], prob, n)
+		return idx[:n], keep
 	}
 	return set, keep
 }
 
-// walkTopP is the top-p cut over tokens sorted by probability.
-func (s *Sampler) walkTopP(idx []int, prob []float32, keep int) ([]int, int) {
+// cutTopP is the top-p cut over the first keep tokens of sorted: how many
+// of them it keeps, and whether their mass reached TopP (when not, all
+// keep).
+func (s *Sampler) cutTopP(sorted []int, prob []float32, keep int) (int, bool) {
 	var c float32
 	for i := 0; i < keep; i++ {
-		c += prob[idx[i]]
+		c += prob[sorted[i]]
 		if c >= s.p.TopP {
-			return idx, i + 1
+			return i + 1, true
 		}
 	}
-	return idx, keep
+	return keep, false
 }
 
 // before orders tokens by probability, highest first, ties to the lower
