@@ -113,6 +113,11 @@ func TestAudit(t *testing.T) {
 		if rep.Status != "PASS" || len(rep.Checks) != 5 || len(rep.Tenants) != 3 {
 			t.Errorf("report: %+v", rep)
 		}
+		for i, id := range []string{"over-limit", "solo-equivalence", "canaries", "error-echo", "prefix-cache"} {
+			if i >= len(rep.Checks) || rep.Checks[i].ID != id || rep.Checks[i].Status != "PASS" {
+				t.Errorf("check %d: want %s PASS in %+v", i, id, rep.Checks)
+			}
+		}
 		noKeys(t, stdout.String(), stderr.String())
 	})
 

@@ -222,9 +222,10 @@ func checkSoloEquivalence(p *Plan, res []Result) Check {
 		if q.Kind != Probe || q.Phase != Solo || q.Name != sharedProbe || !r.Complete {
 			continue
 		}
-		first, ok := ref[modeName(q)]
+		mode := modeName(q.Endpoint, q.Stream)
+		first, ok := ref[mode]
 		if !ok {
-			ref[modeName(q)] = q
+			ref[mode] = q
 			continue
 		}
 		across++
@@ -252,7 +253,7 @@ func checkSoloEquivalence(p *Plan, res []Result) Check {
 			continue
 		}
 		compared++
-		perMode[modeName(q)]++
+		perMode[modeName(q.Endpoint, q.Stream)]++
 		if d, same := Compare(b, r); !same {
 			c.add(Finding{Status: Fail, Tenant: q.Tenant, Request: q.String(), Expected: "the solo baseline, byte for byte", Got: d,
 				Why: "the same greedy request gave a different answer under concurrent traffic from other tenants"})
@@ -261,7 +262,8 @@ func checkSoloEquivalence(p *Plan, res []Result) Check {
 		equal++
 	}
 	var counts []string
-	for _, m := range modeNames {
+	for _, md := range modes {
+		m := modeName(md.ep, md.stream)
 		counts = append(counts, fmt.Sprintf("%s %d", m, perMode[m]))
 		if perMode[m] == 0 && compared > 0 {
 			c.add(Finding{Status: Warn, Request: m, Got: "no probe of this kind completed under mixed traffic", Why: "that API was not compared"})
@@ -282,11 +284,10 @@ func checkSoloEquivalence(p *Plan, res []Result) Check {
 // sharedProbe is the probe whose prompt is the same for every tenant.
 const sharedProbe = "p1"
 
-var modeNames = []string{"completions", "completions streamed", "chat", "chat streamed"}
-
-func modeName(q *Request) string {
-	s := q.Endpoint.short()
-	if q.Stream {
+// modeName names a probe mode (plan.go's modes) in reports.
+func modeName(ep Endpoint, stream bool) string {
+	s := ep.short()
+	if stream {
 		s += " streamed"
 	}
 	return s
@@ -399,8 +400,9 @@ func checkCanaries(p *Plan, res []Result) Check {
 			}
 			searched = true
 			for _, t := range p.Config.Tenants {
-				if t != q.Tenant && strings.Contains(s, KeyPlaceholder(t)) && !found[Marker{Tenant: t, Label: "api key"}] {
-					found[Marker{Tenant: t, Label: "api key"}] = true
+				key := Marker{Tenant: t, Label: "api key"}
+				if t != q.Tenant && !found[key] && strings.Contains(s, KeyPlaceholder(t)) {
+					found[key] = true
 					c.add(Finding{Status: Fail, Tenant: q.Tenant, Request: q.String(),
 						Expected: fmt.Sprintf("nothing of %s's", t),
 						Got:      fmt.Sprintf("%s's API key (shown as %s)", t, KeyPlaceholder(t)),

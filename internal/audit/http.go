@@ -83,14 +83,14 @@ func (h *HTTPClient) Send(ctx context.Context, tenant string, ep Endpoint, body 
 	u := h.base.JoinPath(strings.Split(strings.TrimPrefix(string(ep), "/"), "/")...).String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return Response{Err: h.redact(err.Error())}
+		return Response{Err: h.Redact(err.Error())}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	h.authorize(req, tenant)
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return Response{Err: h.redact(err.Error())}
+		return Response{Err: h.Redact(err.Error())}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
@@ -102,7 +102,7 @@ func (h *HTTPClient) Send(ctx context.Context, tenant string, ep Endpoint, body 
 		out.Body, out.Truncated = out.Body[:maxBody], true
 	}
 	if err != nil {
-		out.Err = "reading the body: " + h.redact(err.Error())
+		out.Err = "reading the body: " + h.Redact(err.Error())
 	}
 	return out
 }
@@ -118,18 +118,18 @@ func (h *HTTPClient) Models(ctx context.Context, tenant string) ([]string, error
 	h.authorize(req, tenant)
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("tenant %q: GET %s: %s", tenant, u, h.redact(err.Error()))
+		return nil, fmt.Errorf("tenant %q: GET %s: %s", tenant, u, h.Redact(err.Error()))
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, fmt.Errorf("tenant %q: GET %s: reading the body: %s", tenant, u, h.redact(err.Error()))
+		return nil, fmt.Errorf("tenant %q: GET %s: reading the body: %s", tenant, u, h.Redact(err.Error()))
 	}
 	b = h.redactBytes(b)
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		_, msg := errorOf(b)
 		return nil, fmt.Errorf("the endpoint refused tenant %q's API key: GET %s answered %s: %s; check --key %s=...",
-			tenant, u, resp.Status, clip(h.redact(msg), 200), tenant) // decoded: redact again
+			tenant, u, resp.Status, clip(h.Redact(msg), 200), tenant) // decoded: redact again
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("tenant %q: GET %s answered %s: %s", tenant, u, resp.Status, clip(string(bytes.TrimSpace(b)), 200))
@@ -164,13 +164,10 @@ type secret struct{ spelling, placeholder string }
 // audit keeps of a response.
 func KeyPlaceholder(tenant string) string { return "[key of " + tenant + "]" }
 
-// Redact replaces every key in s by its KeyPlaceholder. Send does so on
-// the raw body; Run calls it again on the decoded Results (Redactor).
-func (h *HTTPClient) Redact(s string) string { return h.redact(s) }
-
-// redact replaces every key in s, as is or JSON-escaped, by its
-// placeholder.
-func (h *HTTPClient) redact(s string) string {
+// Redact replaces every key in s, as is or JSON-escaped, by its
+// KeyPlaceholder. Send does so on the raw body; Run calls it again on the
+// decoded Results (Redactor).
+func (h *HTTPClient) Redact(s string) string {
 	for _, k := range h.secrets {
 		s = strings.ReplaceAll(s, k.spelling, k.placeholder)
 	}

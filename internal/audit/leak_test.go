@@ -24,6 +24,16 @@ func planted(t *testing.T, stream bool) (*Plan, Marker, *Request) {
 	return nil, Marker{}, nil
 }
 
+// noAnswers is one Result per request of p, each with its ID and no
+// answer, for a test to fill in.
+func noAnswers(p *Plan) []Result {
+	res := make([]Result, len(p.Requests))
+	for i := range res {
+		res[i] = Result{ID: i}
+	}
+	return res
+}
+
 // escaped is s with every character written as a JSON \u escape.
 func escaped(s string) string {
 	var b strings.Builder
@@ -62,10 +72,7 @@ func TestCanaryAnywhereInTheBody(t *testing.T) {
 		{"upper case in a plain-text error", false, Response{Status: 500, Body: []byte("internal error near " + strings.ToUpper(w))}},
 	} {
 		p, _, q := planted(t, c.stream)
-		res := make([]Result, len(p.Requests))
-		for i := range res {
-			res[i] = Result{ID: i}
-		}
+		res := noAnswers(p)
 		res[q.ID] = Parse(q, c.resp)
 		ch := checkOf(t, Evaluate(p, res), CheckCanaries)
 		if ev := evidence(ch); ch.Status != Fail || !strings.Contains(ev, "acme's prompt reached globex's response") {
@@ -82,10 +89,7 @@ func TestIdentifiersAreNotContent(t *testing.T) {
 	p, m, q := planted(t, true)
 	id := "cmpl-" + m.Hex + m.Hex
 	body := "id: " + id + "\ndata: {\"id\":\"" + id + "\",\"system_fingerprint\":\"fp_" + m.Hex[:10] + "\",\"choices\":[{\"text\":\"Hi\",\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n"
-	res := make([]Result, len(p.Requests))
-	for i := range res {
-		res[i] = Result{ID: i}
-	}
+	res := noAnswers(p)
 	res[q.ID] = Parse(q, Response{Status: 200, Body: []byte(body)})
 	if !res[q.ID].Complete {
 		t.Fatalf("parse: %+v", res[q.ID])
@@ -123,8 +127,9 @@ func TestCanariesWithNothingPlanted(t *testing.T) {
 			res[i] = Parse(&p.Requests[i], Response{Status: 429, Body: []byte(`{"error":{"message":"slow down","code":"rate_limit_exceeded"}}`)})
 		}
 	}
-	if c := checkOf(t, Evaluate(p, res), CheckCanaries); c.Status == Pass {
-		t.Errorf("canaries with no canary answered: %s %s", c.Status, c.Summary)
+	if c := checkOf(t, Evaluate(p, res), CheckCanaries); c.Status != Warn || !strings.Contains(evidence(c), "no marker was planted") ||
+		!strings.Contains(c.Summary, "0 of 24 canary prompts answered") {
+		t.Errorf("canaries with no canary answered: %s %s\n%s", c.Status, c.Summary, evidence(c))
 	}
 }
 
@@ -132,10 +137,7 @@ func TestCanariesWithNothingPlanted(t *testing.T) {
 // other than its message fails error-echo.
 func TestErrorEchoInAnyField(t *testing.T) {
 	p, _ := NewPlan(testConfig())
-	res := make([]Result, len(p.Requests))
-	for i := range res {
-		res[i] = Result{ID: i}
-	}
+	res := noAnswers(p)
 	var q *Request
 	for i := range p.Requests {
 		if p.Requests[i].Kind == OverLimit && p.Requests[i].Endpoint == Chat {
@@ -145,8 +147,9 @@ func TestErrorEchoInAnyField(t *testing.T) {
 	}
 	body := fmt.Sprintf(`{"error":{"message":"too long","code":"context_length_exceeded","param":%q}}`, q.PromptText()[:100])
 	res[q.ID] = Parse(q, Response{Status: 400, Body: []byte(body)})
-	if c := checkOf(t, Evaluate(p, res), CheckErrorEcho); c.Status != Fail {
-		t.Errorf("error-echo: %s %s", c.Status, c.Summary)
+	if c := checkOf(t, Evaluate(p, res), CheckErrorEcho); c.Status != Fail || !strings.Contains(evidence(c), q.String()) ||
+		!strings.Contains(evidence(c), "the error message holds part of its own prompt's marker") {
+		t.Errorf("error-echo: %s %s\n%s", c.Status, c.Summary, evidence(c))
 	}
 }
 
@@ -215,10 +218,7 @@ func TestAnotherTenantsKeyIsALeak(t *testing.T) {
 		{"your colleague's key is " + KeyPlaceholder("acme"), true},
 		{"your own key is " + KeyPlaceholder("globex"), false},
 	} {
-		res := make([]Result, len(p.Requests))
-		for i := range res {
-			res[i] = Result{ID: i}
-		}
+		res := noAnswers(p)
 		res[q.ID] = Parse(q, Response{Status: 200, Body: []byte(`{"choices":[{"text":"` + c.text + `","finish_reason":"stop"}]}`)})
 		ch := checkOf(t, Evaluate(p, res), CheckCanaries)
 		if got := ch.Status == Fail && strings.Contains(evidence(ch), "acme's API key reached globex's response"); got != c.fail {

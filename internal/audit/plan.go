@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 )
 
 // Endpoint is the path of an OpenAI-compatible generation API.
@@ -161,9 +162,6 @@ func (r *Request) Key() string {
 
 // PromptText is the prompt's text; "" for a token-array prompt.
 func (r *Request) PromptText() string { return r.text }
-
-// PromptTokens is the length of a token-array prompt; 0 for text.
-func (r *Request) PromptTokens() int { return r.ids }
 
 // String describes the request for a report, without its prompt.
 func (r *Request) String() string {
@@ -406,16 +404,11 @@ func makeMarkers(seed uint64, tenants []string) []Marker {
 				h.Write(b[:])
 				h.Write([]byte("bulkhead-audit\x00" + t + "\x00" + label))
 				m := Marker{Tenant: t, Label: label, Hex: hex.EncodeToString(h.Sum(nil))[:16]}
-				clash := false
-				for _, w := range windows(m.Hex) {
-					if o, ok := owner[w]; ok && o != t {
-						clash = true
-					}
-				}
-				if clash {
+				ws := windows(m.Hex)
+				if slices.ContainsFunc(ws, func(w string) bool { o, ok := owner[w]; return ok && o != t }) {
 					continue
 				}
-				for _, w := range windows(m.Hex) {
+				for _, w := range ws {
 					owner[w] = t
 				}
 				out = append(out, m)
