@@ -7,13 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/loadgen"
 )
 
 // maxBody bounds what the audit reads of one response. A completion of a
@@ -41,15 +42,6 @@ type HTTPClient struct {
 // follows a redirect: a 3xx is answered as it is, so a key only ever goes
 // to base's host.
 func NewHTTPClient(base *url.URL, keys map[string]string, conns int) *HTTPClient {
-	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         d.DialContext,
-		MaxIdleConns:        max(conns, 2),
-		MaxIdleConnsPerHost: max(conns, 2),
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-	}
 	k := make(map[string]string, len(keys))
 	var secrets []secret
 	for t, v := range keys {
@@ -68,10 +60,9 @@ func NewHTTPClient(base *url.URL, keys map[string]string, conns int) *HTTPClient
 		return cmp.Or(len(b.spelling)-len(a.spelling), strings.Compare(a.spelling, b.spelling))
 	})
 	secrets = slices.Compact(secrets)
-	return &HTTPClient{base: base, keys: k, secrets: secrets, client: &http.Client{
-		Transport:     tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	// bench load's client for a remote target: the proxy from the
+	// environment, no compression, and no redirect followed.
+	return &HTTPClient{base: base, keys: k, secrets: secrets, client: loadgen.NewClient(true, max(conns, 2))}
 }
 
 // Close closes idle connections.

@@ -269,7 +269,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for _, c := range cfg.Concurrency {
 		maxConc = max(maxConc, c)
 	}
-	client := newClient(cfg.AllowRemote, maxConc)
+	client := NewClient(cfg.AllowRemote, maxConc)
 	defer client.CloseIdleConnections()
 
 	rep := Report{Target: base.String(), Model: cfg.Model, Endpoint: cfg.Endpoint, MaxTokens: cfg.MaxTokens}

@@ -329,7 +329,7 @@ func TestRefusesRemoteTargets(t *testing.T) {
 // The dialer is the second line of defence: a name or redirect that leads
 // off loopback is refused before any packet leaves.
 func TestDialerRefusesNonLoopback(t *testing.T) {
-	c := newClient(false, 1)
+	c := NewClient(false, 1)
 	_, err := c.Get("http://192.0.2.1:9/")
 	if !errors.Is(err, ErrNotLoopback) {
 		t.Errorf("dial to 192.0.2.1: %v, want ErrNotLoopback", err)

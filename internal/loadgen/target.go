@@ -61,12 +61,12 @@ func isLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// newClient returns the HTTP client for a run. Unless allowRemote, its
+// NewClient returns the HTTP client for a run. Unless allowRemote, its
 // dialer refuses any address outside the loopback network, whatever name
 // resolved to it, and it uses no proxy. It never follows redirects: a 3xx
 // counts as a failed request, so it can neither leave loopback nor hide a
 // misconfigured target.
-func newClient(allowRemote bool, conns int) *http.Client {
+func NewClient(allowRemote bool, conns int) *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		DialContext:         d.DialContext,
