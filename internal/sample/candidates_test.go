@@ -61,6 +61,16 @@ func TestCandidatesDrawAsTheFullSort(t *testing.T) {
 			}
 			return l
 		},
+		// One token holds nearly all the mass: the top-p cut is the
+		// first token, and the set above the spare exponent is small.
+		"dominant": func(n int) []float32 {
+			l := make([]float32, n)
+			for i := range l {
+				l[i] = float32(rng.NormFloat64())
+			}
+			l[rng.IntN(n)] = 25
+			return l
+		},
 		"ties": func(n int) []float32 {
 			l := make([]float32, n)
 			for i := range l {
@@ -72,7 +82,7 @@ func TestCandidatesDrawAsTheFullSort(t *testing.T) {
 	for name, shape := range shapes {
 		for _, n := range []int{3, 50, 4000} {
 			for _, p := range []Params{
-				{Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopP: 0.5}, {Temperature: 1.3, TopP: 0.999},
+				{Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopP: 0.5}, {Temperature: 1.3, TopP: 0.999}, {Temperature: 1, TopP: 0.9999999},
 				{Temperature: 0.8, TopK: 1}, {Temperature: 0.8, TopK: 40}, {Temperature: 1, TopK: 2, TopP: 0.6},
 				{Temperature: 1, TopK: 40, TopP: 0.95}, {Temperature: 1}, {Temperature: 2, TopK: n + 5},
 			} {
