@@ -202,8 +202,8 @@ func (s *scheduler) plan() stepPlan {
 
 // alloc reserves pages for r's tokens, attaching the longest cached prefix
 // of its own namespace. When the pool is short it evicts cached blocks
-// (least recently used first) before giving up. It returns how many
-// leading tokens are already computed.
+// (from the namespace holding the most; see prefix.Cache.Reclaim) before
+// giving up. It returns how many leading tokens are already computed.
 func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
 	owner := kv.Owner{Tenant: r.tenant, Request: r.id}
 	if s.prefix == nil {

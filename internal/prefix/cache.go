@@ -202,13 +202,23 @@ func (c *Cache) Insert(ns string, tokens []int, s *kv.Seq) (added int, err error
 // evictOne removes the least recently used leaf block of sp other than
 // keep, and reports whether there was one.
 func (c *Cache) evictOne(sp *space, keep *node) bool {
-	for e := sp.lru.Back(); e != nil; e = e.Prev() {
-		if n := e.Value.(*node); n.children == 0 && n != keep {
-			c.remove(n)
-			return true
-		}
+	if n := sp.oldestLeaf(keep); n != nil {
+		c.remove(n)
+		return true
 	}
 	return false
+}
+
+// oldestLeaf is sp's least recently used block with no cached children,
+// other than keep, or nil if there is none. With keep nil, a namespace
+// holding any block has one: its blocks form a forest.
+func (sp *space) oldestLeaf(keep *node) *node {
+	for e := sp.lru.Back(); e != nil; e = e.Prev() {
+		if n := e.Value.(*node); n.children == 0 && n != keep {
+			return n
+		}
+	}
+	return nil
 }
 
 func (c *Cache) remove(n *node) {
@@ -239,10 +249,20 @@ func (c *Cache) Evict(ns string, blocks int) int {
 	return n
 }
 
-// Reclaim removes up to blocks of the least recently used blocks across
-// all namespaces, for when the pool runs short, and returns how many it
-// removed. A page goes back to the pool only once no sequence still
-// attaches it.
+// Reclaim removes up to blocks cached blocks, for when the pool runs short,
+// and returns how many it removed. Each block comes from the namespace
+// that holds the most blocks at that moment (of two holding as many, the
+// one whose least recently used leaf is older), and within it from the
+// least recently used leaf. A page goes back to the pool only once no
+// sequence still attaches it.
+//
+// Largest first, not least recently used across namespaces, is for
+// isolation: under a global LRU one tenant's burst of new prompts flushed
+// every other tenant's cache, which the others then saw in their own time
+// to first token. Now a tenant's pressure falls first on its own blocks,
+// and another namespace loses blocks only while it holds at least as many
+// as every other; a namespace's cached prefixes survive anyone else's
+// load as long as it stays at or below its fair share.
 func (c *Cache) Reclaim(blocks int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -250,13 +270,15 @@ func (c *Cache) Reclaim(blocks int) int {
 	for n < blocks {
 		var victim *node
 		for _, sp := range c.spaces {
-			for e := sp.lru.Back(); e != nil; e = e.Prev() {
-				if v := e.Value.(*node); v.children == 0 {
-					if victim == nil || v.stamp < victim.stamp {
-						victim = v
-					}
-					break
-				}
+			if sp.blocks == 0 || victim != nil && sp.blocks < victim.ns.blocks {
+				continue
+			}
+			leaf := sp.oldestLeaf(nil)
+			if leaf == nil {
+				continue
+			}
+			if victim == nil || sp.blocks > victim.ns.blocks || leaf.stamp < victim.stamp {
+				victim = leaf
 			}
 		}
 		if victim == nil {

@@ -206,21 +206,35 @@ func TestLRUAndQuota(t *testing.T) {
 	}
 }
 
-func TestReclaimIsGlobalLRU(t *testing.T) {
+// TestReclaimTakesFromTheLargestNamespace: tenant a caches one block and
+// goes quiet; tenant b then caches four. When the pool runs short, b's own
+// blocks go, least recently used first, though a's block is the oldest:
+// under a global LRU, b's burst would have flushed a's cache. Between
+// namespaces holding as many blocks, the older leaf goes first.
+func TestReclaimTakesFromTheLargestNamespace(t *testing.T) {
 	p := newPool(t, 16)
 	c, _ := New(p, Config{MaxBlocks: 8})
-	for i, ns := range []string{"tenant:a", "tenant:b", "tenant:c"} {
-		tokens := seqOf(bs, 10*i)
-		s := prefill(t, p, kv.Owner{Tenant: ns, Request: uint64(i)}, tokens, ns)
+	cache := func(ns string, req uint64, tokens []int) {
+		s := prefill(t, p, kv.Owner{Tenant: ns, Request: req}, tokens, ns)
 		c.Insert(ns, tokens, s)
 		s.Free()
 	}
-	c.Lookup("tenant:a", seqOf(bs, 0))
-	if n := c.Reclaim(1); n != 1 {
-		t.Fatal("nothing reclaimed")
+	cache("tenant:a", 1, seqOf(bs, 100))
+	cache("tenant:b", 2, seqOf(2*bs, 0))
+	cache("tenant:b", 3, seqOf(2*bs, 50))
+	if n := c.Reclaim(3); n != 3 {
+		t.Fatalf("reclaimed %d blocks, want 3", n)
 	}
-	if st := c.Stats(); st.Blocks["tenant:b"] != 0 || st.Blocks["tenant:a"] != 1 || st.Blocks["tenant:c"] != 1 {
-		t.Fatalf("reclaim took the wrong block: %+v", st.Blocks)
+	if st := c.Stats(); st.Blocks["tenant:a"] != 1 || st.Blocks["tenant:b"] != 1 {
+		t.Fatalf("after reclaiming 3 blocks: %v; want a's block kept and one of b's", st.Blocks)
+	}
+	// b's remaining block is the first block of its most recent prompt.
+	if hit, _ := c.Lookup("tenant:b", seqOf(2*bs, 50)); len(hit) != 1 {
+		t.Fatalf("b's most recent prefix matched %d blocks, want 1", len(hit))
+	}
+	// Now a and b hold one block each; a's is older (the lookup touched b's).
+	if c.Reclaim(1); c.Stats().Blocks["tenant:a"] != 0 {
+		t.Fatalf("a tie went to the newer block: %v", c.Stats().Blocks)
 	}
 }
 

@@ -15,6 +15,8 @@
 //
 // Each namespace has its own block quota and LRU order; eviction takes
 // leaves first, so a cached block always has its whole prefix cached.
+// When the pool runs short, Reclaim takes blocks from the namespace that
+// holds the most, so one tenant's load cannot flush another's cache.
 //
 // What prefix must never do:
 //   - return a page cached under one namespace to a lookup in another, or

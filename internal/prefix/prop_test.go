@@ -22,7 +22,9 @@ import (
 //     free and scrubbed.
 //  5. A sequence that attached cached blocks reads them back unchanged for
 //     as long as it lives, whatever the cache evicts meanwhile.
-//  6. The tree is whole: every block's parent is cached, child counts and
+//  6. Reclaim takes a block from a namespace holding the most blocks, so
+//     one namespace's pressure never shrinks a smaller one.
+//  7. The tree is whole: every block's parent is cached, child counts and
 //     per-namespace block counts match the blocks, and LRU order puts no
 //     block before its parent (so leaves go first).
 func TestNoCrossNamespaceHits(t *testing.T) {
@@ -114,6 +116,23 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 				c.Evict(rapid.SampledFrom(namespaces).Draw(t, "ns"), rapid.IntRange(1, 3).Draw(t, "n"))
 			},
 			"reclaim": func(t *rapid.T) { c.Reclaim(rapid.IntRange(1, 3).Draw(t, "n")) },
+			"reclaim one": func(t *rapid.T) {
+				before := c.Stats().Blocks
+				if c.Reclaim(1) != 1 {
+					return
+				}
+				after := c.Stats().Blocks
+				for ns, n := range before {
+					if after[ns] == n {
+						continue
+					}
+					for other, m := range before {
+						if m > n {
+							t.Fatalf("reclaim took a block of %s (%d blocks) while %s held %d", ns, n, other, m)
+						}
+					}
+				}
+			},
 			"free": func(t *rapid.T) {
 				if len(live) == 0 {
 					t.Skip("nothing live")
