@@ -62,7 +62,7 @@ func TestArchitecturesAgreeWithLlamaCpp(t *testing.T) {
 			pool := kernels.NewPool(1)
 			defer pool.Close()
 			var got []int
-			if _, err := m.NewRunner(pool, 64).Generate(ids, model.NewDenseCache(&m.Config, len(ids)+n), n, sample.New(sample.Params{}), func(tok int) bool {
+			if _, err := m.NewRunner(pool, 64, 0).Generate(ids, model.NewDenseCache(&m.Config, len(ids)+n), n, sample.New(sample.Params{}), func(tok int) bool {
 				got = append(got, tok)
 				return true
 			}); err != nil {

@@ -116,7 +116,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	}
 	pool := kernels.NewPool(mf.threads)
 	defer pool.Close()
-	r := m.NewRunner(pool, *promptN)
+	r := m.NewRunner(pool, *promptN, max(*promptN, 1+*genN))
 	res := modelBench{Model: m.Name, WeightType: m.WeightType.String(), KVDType: kvt.String(), Threads: pool.Threads(), Kernels: kernels.Features(),
 		PromptTokens: *promptN, GenTokens: *genN, WeightBytesPerToken: m.WeightBytesPerToken()}
 

@@ -89,7 +89,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	pool := kernels.NewPool(mf.threads)
 	defer pool.Close()
-	r := m.NewRunner(pool, min(len(ids), 512))
+	r := m.NewRunner(pool, min(len(ids), 512), len(ids)+*maxTokens)
 	cache, err := model.NewDenseCacheOf(&m.Config, len(ids)+*maxTokens, kvt)
 	if err != nil {
 		return err

@@ -327,7 +327,7 @@ func solo(t *testing.T, prompt []int, maxTokens int, p sample.Params) []int {
 	threads := kernels.NewPool(1)
 	defer threads.Close()
 	var out []int
-	_, err := m.NewRunner(threads, 64).Generate(prompt, model.NewDenseCache(&m.Config, len(prompt)+maxTokens), maxTokens, sample.New(p),
+	_, err := m.NewRunner(threads, 64, 0).Generate(prompt, model.NewDenseCache(&m.Config, len(prompt)+maxTokens), maxTokens, sample.New(p),
 		func(tok int) bool { out = append(out, tok); return true })
 	if err != nil {
 		t.Fatal(err)

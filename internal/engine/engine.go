@@ -102,7 +102,7 @@ func New(cfg Config, m *model.Model, threads *kernels.Pool, pool *kv.Pool) (*Eng
 	}
 	e := &Engine{
 		cfg: cfg, m: m, pool: pool,
-		runner:   m.NewRunner(threads, cfg.BatchTokens),
+		runner:   m.NewRunner(threads, cfg.BatchTokens, cfg.Limits.ContextLen),
 		submitCh: make(chan *request, cfg.MaxQueued),
 		cancelCh: make(chan *request, 64),
 		done:     make(chan struct{}),

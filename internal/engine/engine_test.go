@@ -95,7 +95,7 @@ func soloKV(t testing.TB, m *model.Model, prompt []int, maxTokens int, p sample.
 	t.Helper()
 	threads := kernels.NewPool(1)
 	defer threads.Close()
-	r := m.NewRunner(threads, 64)
+	r := m.NewRunner(threads, 64, 0)
 	cache, err := model.NewDenseCacheOf(&m.Config, len(prompt)+maxTokens, kvt)
 	if err != nil {
 		t.Fatal(err)

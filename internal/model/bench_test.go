@@ -30,7 +30,7 @@ func decode110M(b *testing.B, m *model.Model, kvt model.KVType, threads int) {
 	b.Run(fmt.Sprintf("kv=%v/threads=%d", kvt, threads), func(b *testing.B) {
 		pool := kernels.NewPool(threads)
 		defer pool.Close()
-		r := m.NewRunner(pool, 256)
+		r := m.NewRunner(pool, 256, 0)
 		cache, err := model.NewDenseCacheOf(&m.Config, 1024, kvt)
 		if err != nil {
 			b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -41,7 +42,7 @@ func randomModel(t testing.TB, s convert.Shape, dt tensor.DType) *model.Model {
 // logitsAlone runs one sequence's tokens alone, one token per forward
 // pass, and returns the logits after each token.
 func logitsAlone(t testing.TB, m *model.Model, threads *kernels.Pool, tokens []int, kvt model.KVType) [][]float32 {
-	r := m.NewRunner(threads, 1)
+	r := m.NewRunner(threads, 1, 0)
 	cache, err := model.NewDenseCacheOf(&m.Config, len(tokens), kvt)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +81,7 @@ func checkBatchInvariance(t *testing.T, m *model.Model, nseq, length int, kvt mo
 	}
 	for _, threads := range []int{1, 2} {
 		pool := kernels.NewPool(threads)
-		r := m.NewRunner(pool, 64)
+		r := m.NewRunner(pool, 64, 0)
 		caches := make([]*model.DenseCache, nseq)
 		fed := make([]int, nseq)
 		for i := range caches {
@@ -193,5 +194,45 @@ func TestMACsPerToken(t *testing.T) {
 	perLayer := int64(64*64 + 32*64 + 32*64 + 64*64 + 3*172*64) // Q, K, V, O, gate, up, down
 	if layers != 5*perLayer || out != 512*64 {
 		t.Fatalf("MACsPerToken = %d, %d; want %d, %d", layers, out, 5*perLayer, 512*64)
+	}
+}
+
+// TestRunnerContext: a Runner built for a shorter context than the model's
+// gives the same bits within it, and refuses, with an error, a sequence
+// that would reach past it (its attention scratch holds no more).
+func TestRunnerContext(t *testing.T) {
+	m, err := defaultOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := kernels.NewPool(2)
+	defer pool.Close()
+	tokens := []int{1, 403, 407, 261, 378, 1079 % m.Config.Vocab, 271, 45}
+	want := logitsAlone(t, m, pool, tokens, model.KVF32)
+	r := m.NewRunner(pool, 4, len(tokens))
+	if r.MaxContext() != len(tokens) {
+		t.Fatalf("MaxContext %d, want %d", r.MaxContext(), len(tokens))
+	}
+	if got := m.NewRunner(pool, 4, 1<<30).MaxContext(); got != m.Config.ContextLen {
+		t.Fatalf("a context above the model's gave MaxContext %d, want the model's %d", got, m.Config.ContextLen)
+	}
+	cache, err := model.NewDenseCacheOf(&m.Config, len(tokens)+1, model.KVF32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := make([]float32, m.Config.Vocab)
+	for i, tok := range tokens {
+		if err := r.Forward([]*model.Seq{{Tokens: []int{tok}, Pos: i, Cache: cache, Logits: l}}); err != nil {
+			t.Fatal(err)
+		}
+		for j := range l {
+			if l[j] != want[i][j] {
+				t.Fatalf("token %d: logit %d is %v, the full-context runner gave %v", i, j, l[j], want[i][j])
+			}
+		}
+	}
+	err = r.Forward([]*model.Seq{{Tokens: []int{5}, Pos: len(tokens), Cache: cache, Logits: l}})
+	if err == nil || !strings.Contains(err.Error(), "context is 8") {
+		t.Fatalf("a token past the runner's context: %v, want an error naming its context", err)
 	}
 }

@@ -21,8 +21,8 @@ func (r *Runner) Generate(prompt []int, cache SeqCache, maxNew int, s *sample.Sa
 	if len(prompt) == 0 {
 		return 0, fmt.Errorf("generate: empty prompt")
 	}
-	if len(prompt)+maxNew > c.ContextLen {
-		return 0, fmt.Errorf("generate: prompt of %d tokens plus %d new tokens exceeds the context of %d", len(prompt), maxNew, c.ContextLen)
+	if maxNew < 0 || maxNew > r.ctx-len(prompt) {
+		return 0, fmt.Errorf("generate: prompt of %d tokens plus %d new tokens exceeds the context of %d", len(prompt), maxNew, r.ctx)
 	}
 	logits := make([]float32, c.Vocab)
 	seq := &Seq{Cache: cache}

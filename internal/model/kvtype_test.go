@@ -66,7 +66,7 @@ func TestF16KVStorage(t *testing.T) {
 	}
 	pool := kernels.NewPool(1)
 	defer pool.Close()
-	r := m.NewRunner(pool, 4)
+	r := m.NewRunner(pool, 4, 0)
 	d32 := model.NewDenseCache(&m.Config, 4)
 	d16, err := model.NewDenseCacheOf(&m.Config, 4, model.KVF16)
 	if err != nil {
