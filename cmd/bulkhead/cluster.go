@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -181,8 +183,16 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 }
 
 // writeRoleConfig writes cfg as YAML for the prefill and decode children.
+// Only the router checks clients' API keys, so the children's copy holds a
+// random stand-in per tenant (validation wants one) and the operator's
+// keys never reach the disk or another process.
 func writeRoleConfig(path string, cfg *config.Config) error {
-	b, err := yaml.Marshal(cfg)
+	rc := *cfg
+	rc.Tenants = slices.Clone(cfg.Tenants)
+	for i := range rc.Tenants {
+		rc.Tenants[i].APIKeys = []string{rand.Text()}
+	}
+	b, err := yaml.Marshal(&rc)
 	if err != nil {
 		return fmt.Errorf("cluster: writing the role config: %w", err)
 	}

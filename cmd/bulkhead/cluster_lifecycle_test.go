@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
 var childLine = regexp.MustCompile(`^bulkhead: cluster (\S+) pid (\d+) control on`)
@@ -150,5 +153,48 @@ func TestClusterStopsWhileStarting(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("cluster still running 10s after SIGTERM during startup; stderr:\n%s", stderr.String())
+	}
+}
+
+// TestRoleConfigHoldsNoAPIKeys: the children's config file carries none of
+// the operator's API keys, parses back, and leaves the router's config
+// (which checks the keys) as it was.
+func TestRoleConfigHoldsNoAPIKeys(t *testing.T) {
+	keys := []string{"alpha-key-0123456789abcdef", "alpha-key-second-0123456789", "beta-key-0123456789abcdef"}
+	cfg, err := config.Parse([]byte(`
+tenants:
+  - name: alpha
+    api_keys: ["` + keys[0] + `", "` + keys[1] + `"]
+  - name: beta
+    api_keys: ["` + keys[2] + `"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "role.yaml")
+	if err := writeRoleConfig(path, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if strings.Contains(string(b), k) {
+			t.Errorf("role config holds API key %q", k)
+		}
+	}
+	back, err := config.Parse(b)
+	if err != nil {
+		t.Fatalf("role config does not parse: %v", err)
+	}
+	if len(back.Tenants) != 2 || back.Tenants[0].Name != "alpha" || back.Tenants[1].Name != "beta" {
+		t.Fatalf("role config tenants: %+v", back.Tenants)
+	}
+	if got := cfg.Tenants[0].APIKeys; len(got) != 2 || got[0] != keys[0] || got[1] != keys[1] {
+		t.Fatalf("the router's own config lost its keys: %v", got)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("role config mode %v (%v), want 0600", fi.Mode().Perm(), err)
 	}
 }
