@@ -293,8 +293,9 @@ func (e *Engine) release(tenant string) {
 	e.mu.Unlock()
 }
 
-// Bounds of the step loop's wait when nothing can run (see Run).
-const (
+// Bounds of the step loop's wait when nothing can run (see Run). Variables
+// so a test can make the safety net too long to matter.
+var (
 	minStallWait = 50 * time.Microsecond
 	maxStallWait = 5 * time.Millisecond
 )
@@ -326,20 +327,22 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		// Nothing could run: every queued request waits for pages held
 		// outside the engine (a decode server's reservation, a lease on
-		// KV still in transfer). The pool does not announce frees, so
-		// look again after a wait that backs off to maxStallWait, rather
-		// than spin a core; a submission, a cancellation or shutdown
-		// ends the wait at once.
+		// KV still in transfer). Sleep until the pool frees pages, or a
+		// submission, a cancellation or shutdown arrives; the wait's
+		// bound, backing off to maxStallWait, is only a safety net for a
+		// change that frees nothing.
 		stall = min(max(2*stall, minStallWait), maxStallWait)
 		e.stalled(ctx, stall)
 	}
 }
 
-// stalled waits up to d for a submission, a cancellation or ctx's end.
+// stalled waits up to d for freed pages, a submission, a cancellation or
+// ctx's end.
 func (e *Engine) stalled(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
+	case <-e.pool.Freed():
 	case r := <-e.submitCh:
 		e.enqueue(r)
 	case r := <-e.cancelCh:

@@ -56,3 +56,30 @@ func TestBlockedQueueDoesNotSpin(t *testing.T) {
 		t.Fatalf("after the pages came back: %d tokens, %v %+v", len(toks), err, res)
 	}
 }
+
+// A waiting queue starts as soon as the pages come back, not at the end of
+// its wait's bound: with the bound made an hour, only the pool's Freed
+// signal can start the request within the test's deadline.
+func TestFreedPagesWakeTheQueue(t *testing.T) {
+	oldMin, oldMax := minStallWait, maxStallWait
+	minStallWait, maxStallWait = time.Hour, time.Hour
+	defer func() { minStallWait, maxStallWait = oldMin, oldMax }()
+	m := stories(t)
+	h := startEngine(t, m, 4, 16, Config{BatchTokens: 32, MaxRunning: 8})
+	held, err := h.pool.Alloc(kv.Owner{Tenant: "reserved", Request: 1 << 62}, 4*16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	s, err := h.e.Submit(context.Background(), admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 5}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the loop find nothing to run and sleep
+	held.Free()
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if toks, res, err := collect(wait, s); err != nil || res.Err != nil || len(toks) != 5 {
+		t.Fatalf("after the pages came back: %d tokens, %v %+v", len(toks), err, res)
+	}
+}

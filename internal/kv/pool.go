@@ -120,6 +120,9 @@ type Pool struct {
 	tenantUsed  []int // pages whose tag names the tenant, by id
 	tenantLimit []int // -1: unlimited
 
+	// freed holds a value after pages were freed; see Freed.
+	freed chan struct{}
+
 	violations uint64
 	scrubs     uint64
 	allocs     uint64
@@ -168,6 +171,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		pages:     make([]page, cfg.Pages),
 		free:      make([]int32, cfg.Pages),
 		tenantIDs: map[string]uint32{},
+		freed:     make(chan struct{}, 1),
 	}
 	if cfg.Checksums {
 		cells := cfg.Pages * cfg.Layers * cfg.PageSize
@@ -276,7 +280,21 @@ func (p *Pool) drop(i int32, pin bool) {
 	pg.tag = tag{gen: pg.tag.gen + 1}
 	pg.state = pageFree
 	p.free = append(p.free, i)
+	select {
+	case p.freed <- struct{}{}:
+	default: // a signal is already pending; one is enough
+	}
 }
+
+// Freed returns a channel that receives a value after pages have been
+// freed, however they were: a sequence's Free or Truncate, a lease ended
+// or expired, the prefix cache letting a block go. A scheduler whose
+// queue waits for pages held outside it (a decode server's reservation,
+// KV still in transfer) sleeps on it instead of polling the pool. The
+// channel is buffered one deep and shared, so it suits one waiter, which
+// must look at the pool again after each value: any number of frees since
+// the last receive leave a single value.
+func (p *Pool) Freed() <-chan struct{} { return p.freed }
 
 func (p *Pool) scrubPage(i int, pg *page) {
 	off := i * p.pageLen

@@ -541,3 +541,30 @@ func TestHugeSizeIsOverQuota(t *testing.T) {
 		t.Fatalf("Alloc(MaxInt) for a tenant holding 1 of its 2 pages: %v, want ErrQuota", err)
 	}
 }
+
+// Freed holds one value after any number of frees, and none before.
+func TestFreedSignals(t *testing.T) {
+	p, err := NewPool(PoolConfig{Pages: 4, PageSize: 2, Layers: 1, KVDim: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Alloc(Owner{Tenant: "a", Request: 1}, 4)
+	b, _ := p.Alloc(Owner{Tenant: "b", Request: 2}, 2)
+	select {
+	case <-p.Freed():
+		t.Fatal("Freed signalled before anything was freed")
+	default:
+	}
+	a.Free()
+	b.Free()
+	select {
+	case <-p.Freed():
+	default:
+		t.Fatal("no Freed signal after two sequences were freed")
+	}
+	select {
+	case <-p.Freed():
+		t.Fatal("a second Freed value for frees already signalled")
+	default:
+	}
+}
