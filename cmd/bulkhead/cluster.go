@@ -38,7 +38,7 @@ const clusterStartWait = 60 * time.Second
 
 // clusterStopWait is how long children get to drain after SIGTERM before
 // their process groups are killed.
-const clusterStopWait = 15 * time.Second
+var clusterStopWait = 15 * time.Second
 
 // child is one prefill or decode process of a cluster.
 type child struct {
@@ -50,7 +50,7 @@ type child struct {
 	err     error         // Wait's result, after exited
 }
 
-func runCluster(args []string, stdout, stderr io.Writer) error {
+func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("cluster", stderr)
 	cfgPath := fs.String("config", "", "YAML configuration file: model, tenants, limits, kv (default: the embedded model, no auth); its peers section is replaced")
 	listen := fs.String("listen", "", "the router's listen address, overriding the config (default 127.0.0.1:8080)")
@@ -122,7 +122,14 @@ func runCluster(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("cluster: finding my own binary: %w", err)
 	}
 	var kids []*child
-	defer func() { stopChildren(kids, log) }()
+	defer func() {
+		// A child that had to be killed, or failed on its way out, may
+		// have dropped requests or KV: the operator's scripts must see
+		// a failure, not a clean exit.
+		if serr := stopChildren(kids, log); err == nil {
+			err = serr
+		}
+	}()
 	for i := 0; i < *nPrefill+*nDecode; i++ {
 		role, idx, faults := "prefill", i, *faultsPrefill
 		if i >= *nPrefill {
@@ -285,20 +292,26 @@ func startChild(ctx context.Context, name, self string, args []string, stderr io
 
 // stopChildren sends SIGTERM to every child's process group, waits for
 // all of them, and kills the groups of those that do not stop in time.
-func stopChildren(kids []*child, log *slog.Logger) {
+func stopChildren(kids []*child, log *slog.Logger) error {
 	for _, c := range kids {
 		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
 	}
+	var errs []error
 	deadline := time.After(clusterStopWait)
 	for _, c := range kids {
 		select {
 		case <-c.exited:
+			if c.err != nil {
+				errs = append(errs, fmt.Errorf("cluster: %s (pid %d) failed while stopping: %v", c.name, c.cmd.Process.Pid, c.err))
+			}
 		case <-deadline:
 			log.Warn("child did not stop in time; killing it", "child", c.name, "pid", c.cmd.Process.Pid)
 			killGroup(c)
 			<-c.exited
+			errs = append(errs, fmt.Errorf("cluster: %s (pid %d) did not stop within %v and was killed", c.name, c.cmd.Process.Pid, clusterStopWait))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 func killGroup(c *child) {

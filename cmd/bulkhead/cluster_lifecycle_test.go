@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,5 +197,42 @@ tenants:
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("role config mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+// TestStopChildrenReportsAMessyStop: a child that ignores SIGTERM is
+// killed at the stop wait's end and one that exits non-zero is reported;
+// either way the stop is an error (so `cluster` does not exit 0), naming
+// the child. Children that exit cleanly are not mentioned.
+func TestStopChildrenReportsAMessyStop(t *testing.T) {
+	old := clusterStopWait
+	clusterStopWait = 300 * time.Millisecond
+	defer func() { clusterStopWait = old }()
+	start := func(name, script string) *child {
+		cmd := exec.Command("sh", "-c", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := &child{name: name, cmd: cmd, exited: make(chan struct{})}
+		go func() { c.err = cmd.Wait(); close(c.exited) }()
+		return c
+	}
+	clean := start("clean[0]", `trap 'exit 0' TERM; while :; do sleep 0.05; done`)
+	stubborn := start("stubborn[0]", `trap '' TERM; while :; do sleep 0.05; done`)
+	failing := start("failing[0]", `trap 'exit 3' TERM; while :; do sleep 0.05; done`)
+	time.Sleep(100 * time.Millisecond) // let the shells install their traps
+	err := stopChildren([]*child{clean, stubborn, failing}, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("a killed child and a failing one, and stopChildren reported nothing")
+	}
+	msg := err.Error()
+	for _, want := range []string{"stubborn[0]", "was killed", "failing[0]", "exit status 3"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not mention %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "clean[0]") {
+		t.Errorf("error %q mentions the child that stopped cleanly", msg)
 	}
 }
