@@ -111,6 +111,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "0"},
 		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "1", "--concurrency", "1", "--temperature", "NaN"},
 		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "1", "--concurrency", "1", "--temperature", "+Inf"},
+		// A level above --requests could never reach its concurrency.
+		{"bench", "load", "--target", "http://127.0.0.1:1", "--model", "m", "--requests", "16", "--concurrency", "1,32"},
 		{"certs", "--out", filepath.Join(dir, "pki"), "--hosts", ","}, // no host at all
 		{"convert", "--out", dir}, // a directory: refused before converting
 		{"license", "stray"},

@@ -53,6 +53,11 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--concurrency %q: %v", *concList, err)
 	}
+	if top := slices.Max(levels); *requests > 0 && *requests < top {
+		// Such a level never has more than --requests in flight: its
+		// figures would be labelled with a concurrency it never reached.
+		return usagef("--requests %d is below --concurrency %d: that level could never have %d requests in flight; send at least as many requests as the highest level", *requests, top, top)
+	}
 	ep := loadgen.Endpoint(*endpoint)
 	if ep != loadgen.Completions && ep != loadgen.Chat {
 		return usagef("--endpoint %q: want completions or chat", *endpoint)
