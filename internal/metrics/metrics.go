@@ -158,9 +158,20 @@ func (m *Metrics) ObserveTTFT(tenant string, d time.Duration) {
 func (m *Metrics) ObserveInterToken(d time.Duration) { m.InterTokenLatency.Observe(d.Seconds()) }
 
 // AddTokens counts a finished request's prompt and generated tokens.
+// Negative counts are dropped (see addCount).
 func (m *Metrics) AddTokens(tenant string, prompt, generated int) {
-	m.PromptTokens.WithLabelValues(tenant).Add(float64(prompt))
-	m.GeneratedTokens.WithLabelValues(tenant).Add(float64(generated))
+	addCount(m.PromptTokens.WithLabelValues(tenant), prompt)
+	addCount(m.GeneratedTokens.WithLabelValues(tenant), generated)
+}
+
+// addCount adds n to c when it is positive. A Prometheus counter panics
+// on a negative Add, and some counts come from outside this process (the
+// usage a decode server reports to the router): a bad one must not take
+// down the request that carries it.
+func addCount(c prometheus.Counter, n int) {
+	if n > 0 {
+		c.Add(float64(n))
+	}
 }
 
 // SetKVPagesUsed sets the pages tenant holds.
@@ -173,12 +184,12 @@ func (m *Metrics) SetKVPagesFree(n int) { m.KVPages.WithLabelValues("", "free").
 
 // PrefixCacheHit counts n block hits for tenant.
 func (m *Metrics) PrefixCacheHit(tenant string, n int) {
-	m.PrefixCacheLookups.WithLabelValues(tenant, "hit").Add(float64(n))
+	addCount(m.PrefixCacheLookups.WithLabelValues(tenant, "hit"), n)
 }
 
 // PrefixCacheMiss counts n block misses for tenant.
 func (m *Metrics) PrefixCacheMiss(tenant string, n int) {
-	m.PrefixCacheLookups.WithLabelValues(tenant, "miss").Add(float64(n))
+	addCount(m.PrefixCacheLookups.WithLabelValues(tenant, "miss"), n)
 }
 
 // Preempted counts one preemption of a tenant's sequence.

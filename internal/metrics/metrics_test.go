@@ -71,3 +71,25 @@ func TestIndependentRegistries(t *testing.T) {
 		t.Fatalf("b violations %v: registries share state", got)
 	}
 }
+
+// TestNegativeCountsDoNotPanic: token and lookup counts can come from a
+// peer (a decode server's usage reaches the router's AddTokens). A
+// negative one must not panic the request that reports it (a Prometheus
+// counter panics on a negative Add); it is dropped, and the other counts
+// of the same call still land.
+func TestNegativeCountsDoNotPanic(t *testing.T) {
+	m := New()
+	m.AddTokens("acme", 7, -3)
+	m.AddTokens("acme", -1, 2)
+	m.PrefixCacheHit("acme", -2)
+	m.PrefixCacheMiss("acme", -2)
+	if got := testutil.ToFloat64(m.PromptTokens.WithLabelValues("acme")); got != 7 {
+		t.Errorf("prompt tokens %v, want 7", got)
+	}
+	if got := testutil.ToFloat64(m.GeneratedTokens.WithLabelValues("acme")); got != 2 {
+		t.Errorf("generated tokens %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.PrefixCacheLookups.WithLabelValues("acme", "hit")); got != 0 {
+		t.Errorf("hits %v, want 0", got)
+	}
+}

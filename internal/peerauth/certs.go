@@ -139,6 +139,7 @@ func IssueNode(caDir, outDir, name string, hosts []string) (config.Peers, error)
 		return config.Peers{}, err
 	}
 	if err := writeKey(p.Key, nodeKey); err != nil {
+		os.Remove(p.Cert) // a certificate without its key only blocks a rerun
 		return config.Peers{}, err
 	}
 	return p, nil
@@ -192,13 +193,15 @@ func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 }
 
 // WritePSK writes a fresh random pre-shared key (64 hex digits) to path,
-// mode 0600, for psk mode.
+// mode 0600, for psk mode. It refuses a path that exists: replacing a
+// deployment's key cuts every peer off, and writing into an existing
+// file would keep that file's mode, world-readable perhaps.
 func WritePSK(path string) error {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return fmt.Errorf("psk: %w", err)
 	}
-	if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+	if err := createExclusive(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("psk: %w", err)
 	}
 	return nil
@@ -217,7 +220,11 @@ func writeKey(path string, k *ecdsa.PrivateKey) error {
 	if err != nil {
 		return fmt.Errorf("certs: %w", err)
 	}
-	return writePEM(path, "PRIVATE KEY", der, 0o600)
+	b := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err := createExclusive(path, b, 0o600); err != nil {
+		return fmt.Errorf("certs: %w", err)
+	}
+	return nil
 }
 
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {

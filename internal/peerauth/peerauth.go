@@ -57,6 +57,9 @@ func Load(cfg config.Peers) (*Auth, error) {
 		if cfg.PSKFile == "" {
 			return nil, fmt.Errorf("peers.auth is psk but peers.psk_file is not set")
 		}
+		if err := checkPrivate("peers.psk_file", cfg.PSKFile); err != nil {
+			return nil, err
+		}
 		b, err := os.ReadFile(cfg.PSKFile)
 		if err != nil {
 			return nil, fmt.Errorf("peers.psk_file: %w", err)
@@ -86,9 +89,9 @@ func loadMTLS(cfg config.Peers) (*Auth, error) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("peers.ca %s: no PEM certificate in it", cfg.CA)
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
+	cert, err := loadKeyPair(cfg.Cert, cfg.Key, cfg.CA, roots, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("peers.cert/peers.key: %w", err)
+		return nil, err
 	}
 	base := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}
 	server := base.Clone()

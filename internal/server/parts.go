@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
@@ -148,9 +149,16 @@ func UpdateGauges(ctx context.Context, pool *kv.Pool, reg *metrics.Metrics) {
 // Observer adapts metrics to engine.Observer.
 type Observer struct{ m *metrics.Metrics }
 
+// ObserveStep records one engine step.
 func (o Observer) ObserveStep(tokens, running, queued int) { o.m.ObserveStep(tokens, running, queued) }
-func (o Observer) Preempted(tenant string)                 { o.m.Preempted(tenant) }
-func (o Observer) OwnershipViolation()                     { o.m.OwnershipViolation() }
+
+// Preempted counts one preemption of tenant's sequence.
+func (o Observer) Preempted(tenant string) { o.m.Preempted(tenant) }
+
+// OwnershipViolation counts one KV owner-tag mismatch.
+func (o Observer) OwnershipViolation() { o.m.OwnershipViolation() }
+
+// PrefixLookup counts one prefix-cache lookup's block hits and misses.
 func (o Observer) PrefixLookup(tenant string, hit, miss int) {
 	o.m.PrefixCacheHit(tenant, hit)
 	o.m.PrefixCacheMiss(tenant, miss)
@@ -159,9 +167,11 @@ func (o Observer) PrefixLookup(tenant string, hit, miss int) {
 // TransferMetrics are the KV transfer counters of one role.
 type TransferMetrics struct {
 	Started, Completed prometheus.Counter
-	Failed             *prometheus.CounterVec
-	Bytes              prometheus.Counter
-	AuthFailures       prometheus.Counter
+	// Failed counts failed transfers by error code, with the code's
+	// cardinality bounded (FailureCodes).
+	Failed       *FailureCodes
+	Bytes        prometheus.Counter
+	AuthFailures prometheus.Counter
 	// Checksums counts a prefill server's DATA frames by where their
 	// checksums came from ("kept" since the KV was written, or "read"
 	// from the KV at send time); nil for other roles.
@@ -183,14 +193,87 @@ func NewTransferMetrics(reg *metrics.Metrics, completedHelp, bytesName, bytesHel
 			Help: "KV transfers started."}),
 		Completed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_completed_total",
 			Help: completedHelp}),
-		Failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_failed_total",
-			Help: "KV transfers that ended in error, by error code."}, []string{"code"}),
+		Failed: &FailureCodes{vec: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_transfers_failed_total",
+			Help: "KV transfers that ended in error, by error code (\"other\" for codes past a bounded set)."}, []string{"code"})},
 		Bytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: bytesName, Help: bytesHelp}),
 		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "peer_auth_failures_total",
 			Help: "KV stream connections refused because the peer failed authentication."}),
 	}
-	reg.Registry.MustRegister(t.Started, t.Completed, t.Failed, t.Bytes, t.AuthFailures)
+	reg.Registry.MustRegister(t.Started, t.Completed, t.Failed.vec, t.Bytes, t.AuthFailures)
 	return t
+}
+
+// FailureCodes is kv_transfers_failed_total{code}. A failed transfer's
+// code is not always this process's own: an ABORT frame carries whatever
+// code its sender chose (up to transfer.MaxString bytes), and a peer
+// running other code, or a faulty one, could otherwise mint a new time
+// series with every transfer, which grows the scrape and the monitoring
+// system's memory without bound. So the codes this deployment's own
+// processes use always count under their name, at most maxOtherCodes
+// further well-formed codes count under theirs (a newer peer's), and
+// anything else under "other".
+type FailureCodes struct {
+	vec   *prometheus.CounterVec
+	mu    sync.Mutex
+	extra map[string]bool
+}
+
+// OtherCode labels failures whose code is outside the bounded set.
+const OtherCode = "other"
+
+// maxOtherCodes bounds the codes beyond knownCodes that get a series.
+const maxOtherCodes = 16
+
+// knownCodes are the failure codes bulkhead's own transfer code uses.
+var knownCodes = map[string]bool{
+	transfer.CodeChecksum: true, transfer.CodeDigest: true, transfer.CodeCount: true,
+	transfer.CodeCoverage: true, transfer.CodeTenant: true, transfer.CodeTimeout: true,
+	transfer.CodePeerLost: true, transfer.CodeCancelled: true, transfer.CodeProtocol: true,
+	transfer.CodeUnknownID: true, transfer.CodeReplayed: true, transfer.CodeTooLong: true,
+	transfer.CodeWrite: true, "transfer_aborted": true, "decode_unreachable": true, "shutting_down": true,
+}
+
+// WithLabelValues returns the counter for code (named after the
+// CounterVec method it replaces, so callers did not change).
+func (f *FailureCodes) WithLabelValues(code string) prometheus.Counter {
+	return f.vec.WithLabelValues(f.label(code))
+}
+
+// label is the label value code counts under.
+func (f *FailureCodes) label(code string) string {
+	if knownCodes[code] || code == OtherCode {
+		return code
+	}
+	if !wellFormedCode(code) {
+		return OtherCode
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.extra[code] {
+		if len(f.extra) >= maxOtherCodes {
+			return OtherCode
+		}
+		if f.extra == nil {
+			f.extra = map[string]bool{}
+		}
+		f.extra[code] = true
+	}
+	return code
+}
+
+// wellFormedCode reports whether code looks like an error code (1 to 64
+// of a-z, 0-9 and _), so that no text a peer chose, such as a message,
+// becomes a label.
+func wellFormedCode(code string) bool {
+	if code == "" || len(code) > 64 {
+		return false
+	}
+	for _, c := range code {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
+		}
+	}
+	return true
 }
 
 // AdmitPeer checks a request a router sent to a prefill or decode server:

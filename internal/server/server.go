@@ -60,6 +60,7 @@ type Plan struct {
 	Notes []string
 }
 
+// String is the plan in one line, for the log and `bulkhead preflight`.
 func (p Plan) String() string {
 	notes := ""
 	for _, n := range p.Notes {
@@ -203,6 +204,33 @@ func (s *Server) build(plan Plan) error {
 	return nil
 }
 
+// ReadTimeout bounds reading one whole request, headers and body, when
+// max_body_bytes is at most MinBodyRate × ReadTimeout (a larger limit
+// gets proportionally longer). Without it a client that sends its headers
+// and then trickles the body (or never sends the Content-Length it
+// announced) holds a connection and a goroutine for ever; even a 401 does
+// not free it, since net/http reads the unread body after the handler
+// returns. It bounds reads only: a response streams for as long as it
+// takes.
+const ReadTimeout = time.Minute
+
+// MinBodyRate is the slowest upload, in bytes per second, that a request
+// body of max_body_bytes may take and still arrive within the read
+// timeout.
+const MinBodyRate = 16 << 10
+
+// readTimeout is ReadTimeout; tests shorten it.
+var readTimeout = ReadTimeout
+
+// readTimeoutFor is the read timeout for bodies up to maxBody bytes.
+func readTimeoutFor(maxBody int64) time.Duration {
+	return max(readTimeout, time.Duration(maxBody/MinBodyRate)*time.Second)
+}
+
+// failGrace bounds how long Run waits, once the drain time is over and
+// the engine has failed what was left, for handlers to write those errors.
+const failGrace = 2 * time.Second
+
 // Run serves HTTP on ln until ctx ends, then shuts down gracefully: it
 // stops accepting, marks itself not ready, lets in-flight requests finish
 // for up to drain, fails whatever is left, and returns.
@@ -225,7 +253,8 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	}()
 	defer func() { stopGauges(); <-gaugesDone }()
 
-	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeoutFor(s.Config.MaxBodyBytes),
+		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	s.ready.Store(true)
@@ -245,8 +274,14 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	if errors.Is(err, context.DeadlineExceeded) {
 		// Requests still running past the drain time are failed by the
 		// engine's shutdown (a clean error, never a truncated success).
+		// Their handlers need a moment to write that error: closing the
+		// connections at once would cut every stream mid-chunk instead.
 		stopEngine()
-		srv.Close()
+		gctx, gcancel := context.WithTimeout(context.Background(), failGrace)
+		if srv.Shutdown(gctx) != nil {
+			srv.Close() // a client that does not read its error is cut off
+		}
+		gcancel()
 		err = nil
 	}
 	<-served

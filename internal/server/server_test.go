@@ -1,11 +1,15 @@
 package server
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/metrics"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestPreflight(t *testing.T) {
@@ -73,5 +77,30 @@ func TestPrefixQuotasOfAGroup(t *testing.T) {
 	q := prefixQuotas(cfg)
 	if g, d := q[cfg.PrefixNamespace("b")], q[cfg.PrefixNamespace("d")]; len(q) != 2 || g != 8 || d != 32 {
 		t.Fatalf("quotas %v: group %d (want 8), d %d (want 32)", q, g, d)
+	}
+}
+
+// TestTransferFailureCodesBounded: kv_transfers_failed_total's code label
+// takes the code an ABORT frame carries, which the peer chose. bulkhead's
+// own codes count under their names; a peer that sends a fresh code with
+// every transfer (or a message where a code belongs) must not grow the
+// scrape without bound.
+func TestTransferFailureCodesBounded(t *testing.T) {
+	reg := metrics.New()
+	tm := NewTransferMetrics(reg, "completed", "kv_transfer_bytes_sent_total", "bytes")
+	for i := 0; i < 1000; i++ {
+		tm.Failed.WithLabelValues(fmt.Sprintf("peer_code_%d", i)).Inc()
+	}
+	tm.Failed.WithLabelValues("kv transfer aborted: tenant acme's prompt \"secret\"").Inc()
+	tm.Failed.WithLabelValues(transfer.CodeChecksum).Inc()
+	tm.Failed.WithLabelValues("shutting_down").Inc()
+	n := testutil.CollectAndCount(reg.Registry, "bulkhead_kv_transfers_failed_total")
+	if n > 2+maxOtherCodes+1 {
+		t.Fatalf("%d series for 1003 failures: the code label is unbounded", n)
+	}
+	for code, want := range map[string]float64{transfer.CodeChecksum: 1, "shutting_down": 1, "peer_code_0": 1, OtherCode: 1000 - maxOtherCodes + 1} {
+		if got := testutil.ToFloat64(tm.Failed.WithLabelValues(code)); got != want {
+			t.Errorf("code %q: %v, want %v", code, got, want)
+		}
 	}
 }
