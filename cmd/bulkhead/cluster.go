@@ -54,6 +54,7 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	fs := newFlags("cluster", stderr)
 	cfgPath := fs.String("config", "", "YAML configuration file: model, tenants, limits, kv (default: the embedded model, no auth); its peers section is replaced")
 	listen := fs.String("listen", "", "the router's listen address, overriding the config (default 127.0.0.1:8080)")
+	metricsListen := fs.String("metrics-listen", "", "the router's "+metricsListenUsage)
 	nPrefill := fs.Int("prefill", 1, "number of prefill servers")
 	nDecode := fs.Int("decode", 1, "number of decode servers")
 	faultsPrefill := fs.String("faults-prefill", "", "fault injection on every prefill server's KV connections (transfer.ParseFaults syntax)")
@@ -71,6 +72,9 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
+	}
+	if *metricsListen != "" {
+		cfg.MetricsListen = *metricsListen
 	}
 	log := newLogger(cfg.LogLevel, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -195,6 +199,7 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 // keys never reach the disk or another process.
 func writeRoleConfig(path string, cfg *config.Config) error {
 	rc := *cfg
+	rc.MetricsListen = "" // the router's; the children serve /metrics on their control listeners
 	rc.Tenants = slices.Clone(cfg.Tenants)
 	for i := range rc.Tenants {
 		rc.Tenants[i].APIKeys = []string{rand.Text()}

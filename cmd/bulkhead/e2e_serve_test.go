@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -178,6 +180,26 @@ func TestServeAuthAndLimits(t *testing.T) {
 		if apiStatus(err) != 401 {
 			t.Errorf("key %q: got %v, want 401", key, err)
 		}
+	}
+	// /metrics names every tenant's traffic: a tenant, key or not, must
+	// not reach it on the API listener; the operator's listener has it.
+	for _, key := range []string{"", tenantKeys["acme"]} {
+		req, _ := http.NewRequest("GET", p.base+"/metrics", nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || strings.Contains(string(body), "globex") {
+			t.Errorf("GET /metrics on the API (key %q): %d %.80q, want 404 naming no tenant", key, resp.StatusCode, body)
+		}
+	}
+	if p.metrics == p.base || p.metric(t, "bulkhead_http_requests_total", `code="401"`) < 4 {
+		t.Errorf("the metrics listener %s does not count the four refused requests", p.metrics)
 	}
 	allocs := p.metric(t, "bulkhead_kv_page_allocations_total")
 	over := []struct {

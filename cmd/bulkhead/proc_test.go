@@ -51,11 +51,12 @@ func bulkheadBinary(t testing.TB) string {
 
 // process is a bulkhead process started by a test.
 type process struct {
-	cmd    *exec.Cmd
-	base   string       // scheme://host:port of its HTTP listener
-	scrape *http.Client // for /metrics; nil: http.DefaultClient
-	stderr *syncBuffer
-	exited chan error
+	cmd     *exec.Cmd
+	base    string       // scheme://host:port of its HTTP listener
+	metrics string       // scheme://host:port serving /metrics; "": base
+	scrape  *http.Client // for /metrics; nil: http.DefaultClient
+	stderr  *syncBuffer
+	exited  chan error
 }
 
 type syncBuffer struct {
@@ -75,14 +76,21 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var servingLine = regexp.MustCompile(`on http://([^/\s]+)/v1`)
+var (
+	servingLine = regexp.MustCompile(`on http://([^/\s]+)/v1`)
+	metricsLine = regexp.MustCompile(`^bulkhead: metrics on (http://[^/\s]+)/metrics`)
+)
 
-// startBulkhead runs `bulkhead args...` with --listen 127.0.0.1:0 (the
-// kernel picks the port) and waits for the line announcing the address.
+// startBulkhead runs `bulkhead args...` (serve, router or cluster) with
+// --listen and --metrics-listen on 127.0.0.1:0 (the kernel picks the
+// ports) and waits for the line announcing the API's address.
 func startBulkhead(t testing.TB, args ...string) *process {
 	t.Helper()
-	p, m := launch(t, servingLine, append(args, "--listen", "127.0.0.1:0")...)
+	p, m := launch(t, servingLine, append(args, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")...)
 	p.base = "http://" + m[1]
+	if p.metrics == "" {
+		t.Fatalf("bulkhead %v did not announce its metrics listener before its API", args)
+	}
 	return p
 }
 
@@ -105,6 +113,10 @@ func launch(t testing.TB, announce *regexp.Regexp, args ...string) (*process, []
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			// Announced before the API, so set before found is sent.
+			if m := metricsLine.FindStringSubmatch(sc.Text()); m != nil && p.metrics == "" {
+				p.metrics = m[1]
+			}
 			if m := announce.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case found <- m:
@@ -156,7 +168,11 @@ func (p *process) metric(t testing.TB, name string, labels ...string) float64 {
 	if c == nil {
 		c = http.DefaultClient
 	}
-	resp, err := c.Get(p.base + "/metrics")
+	base := p.metrics
+	if base == "" {
+		base = p.base
+	}
+	resp, err := c.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

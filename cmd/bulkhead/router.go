@@ -33,6 +33,7 @@ func runRouter(args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	prefill := fs.String("prefill", "", "comma-separated prefill control addresses, overriding peers.prefill")
 	decode := fs.String("decode", "", "comma-separated decode control addresses, overriding peers.decode")
+	metricsListen := fs.String("metrics-listen", "", metricsListenUsage)
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -46,6 +47,9 @@ func runRouter(args []string, stdout, stderr io.Writer) error {
 	}
 	if *listen != "" {
 		cfg.Listen = *listen
+	}
+	if *metricsListen != "" {
+		cfg.MetricsListen = *metricsListen
 	}
 	if *prefill != "" {
 		cfg.Peers.Prefill = splitList(*prefill)
@@ -106,11 +110,16 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 	defer rt.Close()
 	h, err := api.New(api.Options{
 		Backend: rt, Tokenizer: m.Tokenizer, ModelName: m.Name, ChatTemplate: m.ChatTemplate,
-		Auth: cfg.Auth, Tenants: cfg.Tenants, Metrics: met, Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Ready: rt.Healthy,
+		Auth: cfg.Auth, Tenants: cfg.Tenants, Metrics: met, NoMetrics: !cfg.MetricsOnAPI(), Logger: log, MaxBodyBytes: cfg.MaxBodyBytes, Ready: rt.Healthy,
 	})
 	if err != nil {
 		return err
 	}
+	stopMetrics, err := startMetrics(cfg, met, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -120,7 +129,8 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 		"context_len", lim.ContextLen, "max_input_tokens", lim.MaxInputTokens, "pool_tokens", lim.PoolTokens)
 	fmt.Fprintf(stdout, "bulkhead: router serving %s on http://%s/v1 (auth: %s; %d prefill, %d decode peers)\n",
 		m.Name, ln.Addr(), authMode(cfg), len(cfg.Peers.Prefill), len(cfg.Peers.Decode))
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: server.ReadTimeoutFor(cfg.MaxBodyBytes),
+		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

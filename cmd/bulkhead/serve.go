@@ -49,6 +49,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "YAML configuration file (default: the embedded model, no auth, localhost)")
 	listen := fs.String("listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	modelPath := fs.String("model", "", "model file, overriding the config")
+	metricsListen := fs.String("metrics-listen", "", metricsListenUsage)
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -60,6 +61,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
+	if *metricsListen != "" {
+		cfg.MetricsListen = *metricsListen
+	}
 	log := newLogger(cfg.LogLevel, stderr)
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
@@ -68,6 +72,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	stopMetrics, err := startMetrics(cfg, srv.Metrics, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

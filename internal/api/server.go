@@ -37,6 +37,10 @@ type Options struct {
 	Tenants []config.Tenant
 	// Metrics receives request metrics; nil creates a private set.
 	Metrics *metrics.Metrics
+	// NoMetrics keeps /metrics off this handler (a 404, as any unknown
+	// path). It names every tenant's traffic, so a multi-tenant
+	// deployment serves it on an operator-only listener instead.
+	NoMetrics bool
 	// Logger receives one line per request (never content or keys); nil
 	// discards.
 	Logger *slog.Logger
@@ -142,7 +146,9 @@ func New(opts Options) (*Server, error) {
 	s.mux.HandleFunc("/v1/chat/completions", s.api(http.MethodPost, s.handleChat))
 	s.mux.HandleFunc("/health", s.handleHealth)
 	s.mux.HandleFunc("/ready", s.handleReady)
-	s.mux.Handle("/metrics", s.metrics.Handler())
+	if !opts.NoMetrics {
+		s.mux.Handle("/metrics", s.metrics.Handler())
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errkind.New(errkind.NotFound, "not_found", "no route %s %s", r.Method, r.URL.Path))
 	})

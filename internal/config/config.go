@@ -54,6 +54,14 @@ type Config struct {
 	// Listen is the HTTP listen address (default 127.0.0.1:8080). The serve
 	// command's --listen flag overrides it.
 	Listen string `yaml:"listen"`
+	// MetricsListen is where /metrics is served, apart from the API: an
+	// address only the operator's scraper can reach. /metrics names every
+	// tenant with its request and token counts, latencies and cache use,
+	// so with tenants configured it is never served on the API listener;
+	// without tenants (no auth, one anonymous user) and without
+	// MetricsListen it stays on the API listener. The --metrics-listen
+	// flag overrides it.
+	MetricsListen string `yaml:"metrics_listen"`
 	// Threads is the number of compute threads; 0 uses one per GOMAXPROCS
 	// (the container's CPU limit), and more than GOMAXPROCS are cut to it.
 	Threads int `yaml:"threads"`

@@ -107,7 +107,7 @@ func TestErrorsNeverShowKeys(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("error %v", err)
 	}
-	c, err := Parse([]byte("tenants:\n  - name: a\n    api_keys: [short]\n"))
+	c, err := Parse([]byte("metrics_listen: 127.0.0.1:9464\ntenants:\n  - name: a\n    api_keys: [short]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,4 +266,34 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("Parse returned neither a configuration nor an error")
 		}
 	})
+}
+
+// With tenants, /metrics leaves the API listener: it is served only on
+// metrics_listen, and without one the operator is warned that there is
+// none. Without tenants it stays on the API unless moved.
+func TestMetricsListen(t *testing.T) {
+	const tenants = "tenants:\n  - name: a\n    api_keys: [0123456789abcdef0]\n"
+	for _, tc := range []struct {
+		yaml     string
+		onAPI    bool
+		warnings int
+	}{
+		{"", true, 0},
+		{"metrics_listen: 127.0.0.1:9464\n", false, 0},
+		{tenants, false, 1},
+		{"metrics_listen: 127.0.0.1:9464\n" + tenants, false, 0},
+	} {
+		c, err := Parse([]byte(tc.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		if c.MetricsOnAPI() != tc.onAPI || len(c.Warnings()) != tc.warnings {
+			t.Errorf("%q: metrics on the API %v (want %v), warnings %q (want %d)", tc.yaml, c.MetricsOnAPI(), tc.onAPI, c.Warnings(), tc.warnings)
+		}
+	}
+	for _, bad := range []string{"metrics_listen: 9464\n", "listen: 127.0.0.1:8080\nmetrics_listen: 127.0.0.1:8080\n"} {
+		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "metrics_listen") {
+			t.Errorf("%q: %v, want an error naming metrics_listen", bad, err)
+		}
+	}
 }

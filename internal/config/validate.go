@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,8 +41,15 @@ func (c *Config) Warnings() []string {
 	if c.KV.Scrub == ScrubOff {
 		out = append(out, "kv.scrub is off: freed KV pages keep their previous owner's data")
 	}
+	if len(c.Tenants) > 0 && c.MetricsListen == "" {
+		out = append(out, "metrics are not served: /metrics names every tenant's traffic, so it is kept off the API listener tenants reach; set metrics_listen (or --metrics-listen) to an address only your scraper can reach")
+	}
 	return out
 }
+
+// MetricsOnAPI reports whether /metrics belongs on the API listener: only
+// when there is no metrics_listen and no tenant another could watch.
+func (c *Config) MetricsOnAPI() bool { return c.MetricsListen == "" && len(c.Tenants) == 0 }
 
 // validate checks c (defaults applied) and returns every problem found,
 // each prefixed with its line in the file when root locates it.
@@ -77,6 +85,13 @@ func (c *Config) validateScalars(v *validator) {
 	} {
 		if f.val < 0 {
 			v.fail(f.path, "is %d; it must be 0 (the default) or positive", f.val)
+		}
+	}
+	if c.MetricsListen != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			v.fail("metrics_listen", "%q is not a host:port address: %v", c.MetricsListen, err)
+		} else if c.MetricsListen == c.Listen && port != "0" {
+			v.fail("metrics_listen", "is the API's listen address %q; it must be an address of its own", c.Listen)
 		}
 	}
 	for _, f := range []struct {

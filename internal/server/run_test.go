@@ -135,13 +135,13 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 // TestReadTimeoutScalesWithBodyLimit: a larger max_body_bytes gets a
 // read timeout long enough to upload it at MinBodyRate.
 func TestReadTimeoutScalesWithBodyLimit(t *testing.T) {
-	if got := readTimeoutFor(1 << 20); got != 64*time.Second {
+	if got := ReadTimeoutFor(1 << 20); got != 64*time.Second {
 		t.Errorf("1 MiB: %v", got)
 	}
-	if got := readTimeoutFor(1024); got != ReadTimeout {
+	if got := ReadTimeoutFor(1024); got != ReadTimeout {
 		t.Errorf("1 KiB: %v", got)
 	}
-	if got := readTimeoutFor(64 << 20); got != 4096*time.Second {
+	if got := ReadTimeoutFor(64 << 20); got != 4096*time.Second {
 		t.Errorf("64 MiB: %v", got)
 	}
 }

@@ -195,7 +195,7 @@ func (s *Server) build(plan Plan) error {
 	s.API, err = api.New(api.Options{
 		Backend: s.Engine, Tokenizer: s.Model.Tokenizer, ModelName: s.Model.Name,
 		ChatTemplate: s.Model.ChatTemplate, Auth: cfg.Auth, Tenants: cfg.Tenants,
-		Metrics: s.Metrics, Logger: s.Log, MaxBodyBytes: cfg.MaxBodyBytes, Ready: s.ready.Load,
+		Metrics: s.Metrics, NoMetrics: !cfg.MetricsOnAPI(), Logger: s.Log, MaxBodyBytes: cfg.MaxBodyBytes, Ready: s.ready.Load,
 	})
 	if err != nil {
 		s.threads.Close()
@@ -222,8 +222,9 @@ const MinBodyRate = 16 << 10
 // readTimeout is ReadTimeout; tests shorten it.
 var readTimeout = ReadTimeout
 
-// readTimeoutFor is the read timeout for bodies up to maxBody bytes.
-func readTimeoutFor(maxBody int64) time.Duration {
+// ReadTimeoutFor is the read timeout for bodies up to maxBody bytes; the
+// router's API server uses it too.
+func ReadTimeoutFor(maxBody int64) time.Duration {
 	return max(readTimeout, time.Duration(maxBody/MinBodyRate)*time.Second)
 }
 
@@ -253,7 +254,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	}()
 	defer func() { stopGauges(); <-gaugesDone }()
 
-	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: readTimeoutFor(s.Config.MaxBodyBytes),
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: ReadTimeoutFor(s.Config.MaxBodyBytes),
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -286,4 +287,15 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	}
 	<-served
 	return err
+}
+
+// MetricsServer returns an HTTP server for the operator-only listener of
+// metrics_listen: GET /metrics from m, /health, and nothing else. Nothing
+// on it reads a request body, so its read timeout is short.
+func MetricsServer(m *metrics.Metrics, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
