@@ -23,24 +23,28 @@
 // read and write files, the network or the clock.
 //
 // MatMul reuses every weight block it loads for several tokens at a time
-// (four rows by eight tokens for batched Q8_0 and the K-quants, four rows
-// by four tokens for Q4_0, Q4_1, Q5_0 and Q5_1, two rows by three tokens
-// for the float types), so prefill and
-// batched decode are bound by arithmetic while single-token decode is
-// bound by how fast the weights stream from memory. For one to three
-// tokens, the Q8_0, F32, F16 and BF16 products read each thread's rows as
+// (four rows by eight tokens for batched Q8_0, Q4_1, Q5_0, Q5_1 and the
+// K-quants, four rows by four tokens for Q4_0, two rows by three tokens
+// for the float types), so prefill and batched decode are bound by
+// arithmetic while single-token decode is bound by how fast the weights
+// stream from memory. For one to three tokens of Q8_0, and one to seven
+// but four of F32, F16 and BF16, the products read each thread's rows as
 // four far-apart streams, one row of each at a time, which the hardware
 // prefetcher follows far better than four adjacent rows or one row after
 // another (1.3-1.8x the bytes per second on a Zen 3; simd_quant_amd64.s);
 // the other types are bound by their unpacking even for one token.
-// Quantised types
-// multiply int8 by int8 with exact integer sums (VPMADDUBSW/VPMADDWD),
-// converting to float once per block. Attention's loops over cached
-// positions (HeadScores, HeadAccum) and the exponentials of softmax and SiLU
-// have kernels of their own with the bits of the scalar definitions.
+// Quantised types multiply int8 by int8 with exact integer sums
+// (VPMADDUBSW/VPMADDWD), converting to float once per block. Attention's
+// loops over cached positions (HeadScores, HeadAccum) and the
+// exponentials of softmax and SiLU have kernels of their own with the
+// bits of the scalar definitions.
 package kernels
 
-import "github.com/bulkhead-llm/bulkhead/internal/tensor"
+import (
+	"fmt"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
 
 // Matrix is a row-major weight matrix kept in its file's type: Rows rows of
 // Cols elements each, Data holding Rows*RowBytes(Cols) bytes.
@@ -57,16 +61,18 @@ type Matrix struct {
 // Scan reads the weights once and records what lets MatMul skip per-call
 // checks (today: whether a Q8_0 matrix holds the weight -128, which the
 // batched kernel's sign trick cannot take). Call it after loading and
-// before sharing the matrix between goroutines. A matrix never scanned, or
-// whose Data changed since, gives the same results, only slower; Scan must
-// not run concurrently with MatMul on the same matrix.
+// before sharing the matrix between goroutines. A matrix never scanned
+// gives the same results, only slower. One whose Data changed since must
+// be scanned again: a -128 written after a Scan that found none would go
+// to the batched kernel and give wrong results. Scan must not run
+// concurrently with MatMul on the same matrix.
 func (m *Matrix) Scan() {
 	m.minFree = false
 	if m.Type != tensor.Q8_0 || m.Cols%32 != 0 {
 		return
 	}
 	rb, err := m.Type.RowBytes(m.Cols)
-	if err != nil || len(m.Data) < m.Rows*rb {
+	if err != nil || m.Rows < 0 || !fits(m.Rows, rb, len(m.Data)) {
 		return
 	}
 	data := m.Data[:m.Rows*rb]
@@ -76,3 +82,27 @@ func (m *Matrix) Scan() {
 		m.minFree = !hasQ8Min(data)
 	}
 }
+
+// checkMatrix panics unless w is a matrix the kernels can multiply.
+func checkMatrix(w *Matrix) {
+	if w == nil {
+		panic("kernels: nil matrix")
+	}
+	switch w.Type {
+	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
+	default:
+		panic(fmt.Sprintf("kernels: no kernel for %s weights", w.Type))
+	}
+	rb, err := w.Type.RowBytes(w.Cols)
+	if err != nil {
+		panic(fmt.Sprintf("kernels: %dx%d %s matrix: %v", w.Rows, w.Cols, w.Type, err))
+	}
+	if w.Rows < 0 || !fits(w.Rows, rb, len(w.Data)) {
+		panic(fmt.Sprintf("kernels: %dx%d %s matrix needs %d rows of %d bytes, has %d bytes", w.Rows, w.Cols, w.Type, w.Rows, rb, len(w.Data)))
+	}
+}
+
+// fits reports whether count items of size each (neither negative) fit in
+// have, without forming count·size: a product that overflows wraps to a
+// size that could pass, and the assembly reads whatever the checks allow.
+func fits(count, size, have int) bool { return size == 0 || count <= have/size }

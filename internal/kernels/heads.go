@@ -62,22 +62,31 @@ func HeadAccum(o []float32, hd int, w []float32, wStride int, v []float32, strid
 // checkHeads panics unless nh heads of hd floats fit in the per-head
 // slice (q or o) and every head's slice of every row lies inside the
 // kvLen-element cache (unit names its elements in the message): the
-// assembly must never read or write past a slice.
+// assembly must never read or write past a slice. The products are
+// bounded by division (fits), so that a huge stride cannot wrap into
+// range, and a negative rows or hd is refused, which the assembly would
+// take for a count near 2^64 where the Go loops do nothing or panic.
 func checkHeads(op, unit string, nh, hd, perHead, kvLen, stride int, off []int32, rows int) {
-	if nh*hd > perHead {
-		panic(fmt.Sprintf("kernels: %s of %d heads of %d floats needs %d, got %d", op, nh, hd, nh*hd, perHead))
+	if hd < 0 || rows < 0 {
+		panic(fmt.Sprintf("kernels: %s of %d rows of heads of %d floats", op, rows, hd))
+	}
+	if !fits(nh, hd, perHead) {
+		panic(fmt.Sprintf("kernels: %s of %d heads of %d floats needs %d·%d, got %d", op, nh, hd, nh, hd, perHead))
 	}
 	for h, o := range off {
-		if o < 0 || int(o)+hd > stride || (rows-1)*stride+int(o)+hd > kvLen {
+		// Row rows-1 of the head ends at (rows-1)·stride + end.
+		end := int(o) + hd
+		if o < 0 || end > stride || end > kvLen || rows > 1 && !fits(rows-1, stride, kvLen-end) {
 			panic(fmt.Sprintf("kernels: %s head %d at offset %d (+%d) of %d rows at stride %d does not fit %d %s", op, h, o, hd, rows, stride, kvLen, unit))
 		}
 	}
 }
 
 // checkHeadRows panics unless nh heads' rows of scores or weights, one
-// head every stride floats, fit in n.
+// head every stride floats, fit in n: (nh-1)·stride + rows <= n, bounded
+// by division as in checkHeads. rows is not negative (checkHeads).
 func checkHeadRows(op, what string, nh, rows, stride, n int) {
-	if (nh-1)*stride+rows > n || stride < rows {
-		panic(fmt.Sprintf("kernels: %s of %d heads x %d rows at %s stride %d needs %d floats, got %d", op, nh, rows, what, stride, (nh-1)*stride+rows, n))
+	if stride < rows || rows > n || nh > 1 && !fits(nh-1, stride, n-rows) {
+		panic(fmt.Sprintf("kernels: %s of %d heads x %d rows at %s stride %d does not fit %d floats", op, nh, rows, what, stride, n))
 	}
 }

@@ -62,7 +62,14 @@ type worker struct {
 
 // Pool runs MatMul on a fixed set of worker goroutines plus the caller.
 // It also owns the scratch that quantised activations use. A Pool is used
-// by one goroutine at a time; Close must be called to end the workers.
+// by one goroutine at a time, and For's fn must not call back into it;
+// either mistake panics rather than mixing two jobs. Close must be called
+// to end the workers.
+//
+// A panic in fn or in a kernel, on any thread, stops the chunks not yet
+// started, waits for the others and reaches the caller: its own panic
+// goes on unchanged, a worker's is raised there wrapped with the worker's
+// stack. Either way the Pool is ready for the next call.
 type Pool struct {
 	threads int
 	workers []*worker
@@ -105,6 +112,9 @@ type Pool struct {
 	done     chan struct{} // buffered 1
 	_        cacheLine
 
+	busy     atomic.Bool                 // a For or MatMul runs (begin to end)
+	panicked atomic.Pointer[workerPanic] // a worker's first panic in the job
+
 	xq []byte // quantised activations, grown as needed
 	// quant is a For job quantising tokens' activations; fn is bound
 	// once, so that a MatMul allocates nothing.
@@ -143,10 +153,14 @@ func NewPool(threads int) *Pool {
 func (p *Pool) Threads() int { return p.threads }
 
 // Close stops the workers and waits for them. The Pool must not be used
-// afterwards; a second Close does nothing.
+// afterwards; a second Close does nothing. Close from inside For's fn
+// panics: it would wait for the very job it runs in.
 func (p *Pool) Close() {
 	if p.closed {
 		return
+	}
+	if p.busy.Load() {
+		panic("kernels: Close while the Pool is running a job")
 	}
 	p.closed = true
 	p.closing.Store(true)
@@ -174,15 +188,23 @@ func (p *Pool) work(w *worker) {
 		if p.closing.Load() {
 			return
 		}
-		if p.runChunks() && p.waiting.CompareAndSwap(true, false) {
-			p.done <- struct{}{}
+		if p.runChunks(false) {
+			p.wakeCaller()
 		}
 	}
 }
 
-// runChunks claims and runs chunks of the current job until none are left.
-// It reports whether it finished the job's last chunk.
-func (p *Pool) runChunks() bool {
+// wakeCaller wakes the caller if it is parked in waitDone.
+func (p *Pool) wakeCaller() {
+	if p.waiting.CompareAndSwap(true, false) {
+		p.done <- struct{}{}
+	}
+}
+
+// runChunks claims and runs chunks of the current job until none are left
+// (caller says whether this is the caller's goroutine). It reports
+// whether it finished the job's last chunk.
+func (p *Pool) runChunks(caller bool) bool {
 	last := false
 	for {
 		v := p.claims.Add(1)
@@ -190,18 +212,8 @@ func (p *Pool) runChunks() bool {
 		if c >= total {
 			return last
 		}
-		j := &p.job
-		if j.fn != nil {
-			r0 := int(c) * j.chunk
-			j.fn(int(c), r0, min(j.n, r0+j.chunk))
-		} else {
-			k := 0
-			for int(c) >= j.first[k+1] {
-				k++
-			}
-			w := j.ps[k].W
-			r0 := (int(c) - j.first[k]) * j.rows[k]
-			matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.xi, j.n, j.ps[k].Out, w.Rows)
+		if ok, l := p.runChunk(int(c), total, caller); !ok {
+			return l
 		}
 		last = p.finished.Add(1) == total
 	}
@@ -250,7 +262,8 @@ func (p *Pool) waitDone(total int) {
 }
 
 // chunkRows picks the rows per chunk: a multiple of 16, so no two threads
-// write the same 64-byte line of out, and about chunksPerThread chunks per
+// write the same 64-byte line of an aligned out (when Rows is a multiple
+// of 16 too, as in every model; else only false sharing), and about chunksPerThread chunks per
 // thread, so a thread that the OS deschedules holds up little work: the
 // others claim what it has not started. A chunk also holds at most
 // maxChunkBytes of weights (rb bytes a row), so that when one thread runs
@@ -289,8 +302,11 @@ func matRows(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []flo
 //
 // It panics if the shapes do not fit (a programming error, not an input
 // error): len(x) < n*w.Cols, len(out) < n*w.Rows, too little weight data,
-// an unsupported type, or Cols not a multiple of 32 for quantised types.
+// an unsupported type, or Cols not a multiple of 32 for quantised types
+// (256 for the K-quants).
 func (p *Pool) MatMul(out []float32, w *Matrix, x []float32, n int) {
+	p.begin("MatMul")
+	defer p.end()
 	p.job.ps[0] = Product{W: w, Out: out}
 	p.matMuls(x, n, 1)
 }
@@ -314,17 +330,16 @@ func (p *Pool) MatMuls(x []float32, n int, ps []Product) {
 	if len(ps) > maxProducts {
 		panic(fmt.Sprintf("kernels: MatMuls of %d products, at most %d", len(ps), maxProducts))
 	}
+	p.begin("MatMuls")
+	defer p.end()
 	copy(p.job.ps[:], ps)
 	p.matMuls(x, n, len(ps))
 }
 
-// matMuls runs the products already in p.job.ps[:np].
+// matMuls runs the products already in p.job.ps[:np], between begin and
+// end.
 func (p *Pool) matMuls(x []float32, n, np int) {
 	ps := p.job.ps[:np]
-	defer clear(ps) // the job must not keep the caller's slices alive
-	if p.closed {
-		panic("kernels: MatMul on a closed Pool")
-	}
 	quant, work := false, 0
 	for _, pr := range ps {
 		w, out := pr.W, pr.Out
@@ -332,9 +347,11 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 		if w.Cols != ps[0].W.Cols {
 			panic(fmt.Sprintf("kernels: MatMuls of matrices %d and %d columns wide", ps[0].W.Cols, w.Cols))
 		}
-		if n < 0 || len(x) < n*w.Cols || len(out) < n*w.Rows {
-			panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs x of %d and out of %d floats, got %d and %d",
-				w.Rows, w.Cols, w.Type, n, n*w.Cols, n*w.Rows, len(x), len(out)))
+		// fits, not len(x) < n*w.Cols: a product that wraps would pass
+		// and send the kernels past the end of x or out.
+		if n < 0 || !fits(n, w.Cols, len(x)) || !fits(n, w.Rows, len(out)) {
+			panic(fmt.Sprintf("kernels: MatMul of %dx%d %s weights with %d tokens needs %d·%d floats of x and %d·%d of out, got %d and %d",
+				w.Rows, w.Cols, w.Type, n, n, w.Cols, n, w.Rows, len(x), len(out)))
 		}
 		quant = quant || w.Type == tensor.Q8_0 || w.Type == tensor.Q4_0 || w.Type == tensor.Q4_K || w.Type == tensor.Q5_K || w.Type == tensor.Q6_K || w.Type == tensor.Q3_K || w.Type == tensor.Q2_K || legacyType(w.Type)
 		work += w.Rows * w.Cols * n
@@ -357,8 +374,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 			// Each token's row is quantised on its own, so splitting
 			// the tokens over the threads changes no bit.
 			p.quant.x, p.quant.xq, p.quant.cols = x, xq, cols
-			p.For(n, p.quant.fn)
-			p.quant.x, p.quant.xq = nil, nil
+			p.forEach(n, p.quant.fn)
 		default:
 			for i := 0; i < n; i++ {
 				quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:i*cols+cols])
@@ -367,8 +383,12 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 	}
 	var xi []byte
 	if quant {
-		p.xi = gemmInterleave(p.xi, ps, xq, n)
-		xi = p.xi
+		// p.xi keeps its buffer through the calls that need none (nil):
+		// decode steps between two prefills must not make the next
+		// prefill allocate it again.
+		if xi = gemmInterleave(p.xi, ps, xq, n); xi != nil {
+			p.xi = xi
+		}
 	}
 	if cols == 0 {
 		for _, pr := range ps {
@@ -392,11 +412,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 	}
 	j.first[np] = total
 	j.x, j.xq, j.xi, j.n = x, xq, xi, n
-	p.publish(total)
-	if !p.runChunks() {
-		p.waitDone(total)
-	}
-	j.x, j.xq, j.xi = nil, nil, nil
+	p.run(total)
 }
 
 // parallelQuantTokens is the fewest tokens whose activations MatMul
@@ -421,42 +437,40 @@ func (p *Pool) ForChunks(n int) int { return max(1, min(n, p.threads*chunksPerTh
 // ForChunks(n), so it can use per-chunk scratch; chunks may run in any
 // order and concurrently, so fn must only write what its range owns. The
 // forward pass runs attention this way, one (token, head) pair per item.
+// fn must not call the Pool; if it panics, For panics (see Pool).
 func (p *Pool) For(n int, fn func(chunk, lo, hi int)) {
-	if p.closed {
-		panic("kernels: For on a closed Pool")
+	if fn == nil { // in p.job it would make the job a matrix product
+		panic("kernels: For with a nil fn")
 	}
+	p.begin("For")
+	defer p.end()
+	p.forEach(n, fn)
+}
+
+// forEach is For between begin and end, for MatMul's quantisation too.
+func (p *Pool) forEach(n int, fn func(chunk, lo, hi int)) {
 	if n <= 0 {
 		return
 	}
+	// Rounding up by remainder, not n+chunks-1: For(math.MaxInt) must not
+	// wrap to a negative chunk size.
 	chunks := p.ForChunks(n)
-	size := (n + chunks - 1) / chunks
-	total := (n + size - 1) / size
+	size := n / chunks
+	if n%chunks != 0 {
+		size++
+	}
+	total := n / size
+	if n%size != 0 {
+		total++
+	}
 	if p.threads == 1 || total == 1 {
 		for c := 0; c < total; c++ {
-			fn(c, c*size, min(n, (c+1)*size))
+			lo := c * size
+			fn(c, lo, lo+min(size, n-lo))
 		}
 		return
 	}
 	p.job.fn, p.job.n, p.job.chunk = fn, n, size
-	p.publish(total)
-	if !p.runChunks() {
-		p.waitDone(total)
-	}
+	p.run(total)
 	p.job.fn = nil
-}
-
-// checkMatrix panics unless w is a matrix the kernels can multiply.
-func checkMatrix(w *Matrix) {
-	switch w.Type {
-	case tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
-	default:
-		panic(fmt.Sprintf("kernels: no kernel for %s weights", w.Type))
-	}
-	rb, err := w.Type.RowBytes(w.Cols)
-	if err != nil || w.Rows < 0 {
-		panic(fmt.Sprintf("kernels: %dx%d %s matrix: %v", w.Rows, w.Cols, w.Type, err))
-	}
-	if len(w.Data) < w.Rows*rb {
-		panic(fmt.Sprintf("kernels: %dx%d %s matrix needs %d bytes, has %d", w.Rows, w.Cols, w.Type, w.Rows*rb, len(w.Data)))
-	}
 }
