@@ -7,7 +7,10 @@
 // It owns the edge around the pure transfer state machines: sockets,
 // goroutines, the clock, the pool and the engine. One goroutine (the
 // loop) owns the transfer.Table and every reservation's sequence until
-// the transfer is Ready; after that the engine owns it.
+// the transfer is Ready; after that the engine owns it. It counts each
+// tenant's requests against max_concurrent_requests from reservation on
+// (tenantSlots), so a tenant at its limit is refused before prefill does
+// any work for it.
 //
 // It must never decode a sequence that did not verify, never free a page
 // while a write into it may still land (the Table's Release decides), never

@@ -30,9 +30,11 @@ type eventWriter struct {
 	rc  *http.ResponseController
 	err error
 	// ending, when set, runs once before the stream's last event (an
-	// error or done) is written: what the request registered is gone by
-	// the time the router can read that it ended, so a cancel the router
-	// sends after that finds nothing (Known false), never a stale entry.
+	// error or done) is written: what the request registered (its cancel
+	// entry, its tenant's slot) is gone by the time the router can read
+	// that it ended, so a cancel the router sends after that finds nothing
+	// (Known false), never a stale entry, and the tenant's next request
+	// finds the slot free.
 	ending func()
 }
 
@@ -72,6 +74,21 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ev.fail(err)
 		return
 	}
+	// The tenant's concurrent-request limit, before anything is reserved:
+	// a request refused only by the engine would have had prefill compute
+	// and ship its whole prompt first (see tenantSlots). The slot is given
+	// back before the stream's last event is written (ending), so the
+	// router, which may retry a refusal at once or start the tenant's next
+	// request as soon as it reads that event, never meets a slot this
+	// request no longer needs; the deferred release covers a stream that
+	// ends without one (the router gone).
+	release, qerr := s.slots.take(req.Tenant)
+	if qerr != nil {
+		ev.fail(qerr)
+		return
+	}
+	defer release()
+	ev.ending = release
 	n, maxNew := len(req.Prompt), req.MaxTokens
 
 	// The engine request's context: the router's connection, or an
@@ -91,7 +108,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		delete(s.active, id)
 		s.mu.Unlock()
 	}
-	ev.ending = unregister
+	ev.ending = func() { unregister(); release() }
 	defer unregister()
 	if ev.send(peerapi.Event{Type: peerapi.EventReserved}) != nil {
 		cancel()
@@ -161,13 +178,26 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ev.fail(err)
 		return
 	}
+	// However this handler ends, the engine request is cancelled and its
+	// end awaited before the tenant's slot is given back (the deferred
+	// release runs after this; ending, before the last event, comes only
+	// once the engine ended the request): released while the engine still
+	// held the request, the slot would let the tenant's next request
+	// through here, only for the engine's own count to refuse it after its
+	// whole transfer.
+	defer func() {
+		cancel()
+		awaitEnd(st)
+	}()
 	if ev.send(peerapi.Event{Type: peerapi.EventReady}) != nil {
 		return // the deferred cancel stops the engine request
 	}
 	for {
 		toks, res, err := st.Next(ctx)
 		if err != nil {
-			ev.fail(errCancelled) // ctx cancels the engine request
+			cancel() // ctx is done already; this only says so
+			awaitEnd(st)
+			ev.fail(errCancelled)
 			return
 		}
 		if len(toks) > 0 && ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: toks}) != nil {
@@ -180,6 +210,17 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 				u := res.Usage
 				ev.send(peerapi.Event{Type: peerapi.EventDone, Finish: res.Finish, Usage: &u})
 			}
+			return
+		}
+	}
+}
+
+// awaitEnd waits until the engine has ended st's request. The engine
+// ends every request it accepted, a cancelled one at its next step and
+// all of them when it stops, so this wait is bounded by the engine's.
+func awaitEnd(st *engine.Stream) {
+	for {
+		if _, res, _ := st.Next(context.Background()); res != nil {
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
@@ -67,6 +68,59 @@ func (s *Server) write(kc *kvConn) {
 	}
 }
 
+// Bounds of closeKV's waits: for prefill servers to close their KV
+// connections themselves, then for decode's own queued frames to be
+// written before it cuts what is left.
+const (
+	kvPeerCloseWait = 2 * time.Second
+	kvFlushWait     = time.Second
+)
+
+// closeKV ends every KV connection at shutdown, once the listener is
+// closed and nothing is left to reserve, without dropping a frame the
+// loop queued: first it waits for prefill servers to close them (each
+// does once its transfer ended, which an ACK or an ABORT queued here
+// tells it), then it closes each once what is queued on it is written,
+// and only then cuts what is left (a peer that does not read). Closing
+// them all at once, as shutdown did, dropped queued frames: the ACK of a
+// transfer that verified during the drain, whose request then decoded and
+// ended before the connection's writer ran, never left, and prefill
+// failed a request decode had served with "decode connection lost: EOF"
+// (TestShutdownDrainsReservations, about one run in forty under -race).
+func (s *Server) closeKV() {
+	done := make(chan struct{})
+	go func() {
+		s.kvWG.Wait()
+		close(done)
+	}()
+	ended := func(d time.Duration) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	if ended(kvPeerCloseWait) {
+		return
+	}
+	s.call(func() {
+		s.kvClosing = true
+		for _, c := range s.conns {
+			c.closeWhenFlushed()
+		}
+	})
+	if ended(kvFlushWait) {
+		return
+	}
+	s.call(func() {
+		for _, c := range s.conns {
+			c.close()
+		}
+	})
+	<-done
+}
+
 // acceptKV accepts KV stream connections until ln closes.
 func (s *Server) acceptKV(ctx context.Context, ln net.Listener) {
 	for {
@@ -102,7 +156,12 @@ func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 	}
 	kc := &kvConn{id: s.nextPeer.Add(1), c: c, out: make(chan *transfer.Frame, 1024), done: make(chan struct{}),
 		bound: map[transfer.ID]bool{}}
-	if !s.post(func() { s.conns[kc.id] = kc }) {
+	if !s.post(func() {
+		s.conns[kc.id] = kc
+		if s.kvClosing {
+			kc.closeWhenFlushed()
+		}
+	}) {
 		kc.close()
 		return
 	}

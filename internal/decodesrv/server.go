@@ -71,13 +71,18 @@ type Server struct {
 
 	cmds     chan func()
 	loopDone chan struct{}
-	kvWG     sync.WaitGroup
-	nextPeer atomic.Uint64
-	nextReq  atomic.Uint64
-	live     atomic.Int64 // table.Live(), for Info and metrics
+	// kvClosing (loop only): shutdown is closing the KV connections, so
+	// one that registers from now on is closed once flushed too.
+	kvClosing bool
+	kvWG      sync.WaitGroup
+	nextPeer  atomic.Uint64
+	nextReq   atomic.Uint64
+	live      atomic.Int64 // table.Live(), for Info and metrics
 
 	mu     sync.Mutex
 	active map[transfer.ID]context.CancelFunc // generate requests in progress
+
+	slots *tenantSlots // max_concurrent_requests, counted from reservation
 }
 
 // New loads the model, runs preflight and builds the pool and engine.
@@ -109,6 +114,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		layers: m.Config.Layers, start: time.Now(),
 		table: transfer.NewTable(transfer.TableConfig{}), res: map[transfer.ID]*reservation{}, conns: map[uint64]*kvConn{},
 		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]context.CancelFunc{},
+		slots: newTenantSlots(cfg.Tenants),
 	}
 	s.kvAddr.Store("")
 	s.body = server.PromptBodyLimit(cfg.MaxBodyBytes, lim.MaxInputTokens, m.Config.Vocab)
@@ -135,10 +141,14 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 func (s *Server) Limits() engine.Limits { return s.limits }
 
 // Run serves the control API on controlLn and KV streams on kvLn until ctx
-// ends, then shuts down gracefully: it stops accepting, cancels every
-// reservation still waiting for its KV, lets decoding requests finish for
-// up to Options.Drain, and frees everything. Both listeners should come
-// from the server's peerauth (ListenHTTP and Listen).
+// ends, then shuts down gracefully: it stops accepting generate requests,
+// lets the requests in flight finish for up to Options.Drain (a
+// reservation still waiting for its KV keeps the KV listener open, so its
+// transfer arrives and it decodes like the others, rather than failing as
+// a 502 for a server that was only restarting), then cancels what is
+// left, lets the KV connections deliver what is queued for them (closeKV)
+// and frees everything. Both listeners should come from the server's
+// peerauth (ListenHTTP and Listen).
 func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	addr := s.opts.KVAdvertise
 	if addr == "" {
@@ -170,35 +180,36 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.ready.Store(false)
-	kvLn.Close()
-	<-acceptDone
-	// Reservations still waiting for KV will not get it now: fail them, so
-	// their generate requests answer at once and their pages are freed.
-	// (Draining them instead, with the KV listener open, was tried: a
-	// transfer arriving during the drain lost its connection in about one
-	// run in forty, so it is left for when that race is understood.)
-	s.call(func() {
-		for id := range s.res {
-			s.step(transfer.Cancel{ID: id, Reason: errkind.New(errkind.Unavailable, "shutting_down", "the decode server is shutting down")})
-		}
-	})
+	// Reservations still waiting for KV when there is no more time for
+	// it: fail them, so their generate requests answer at once and their
+	// pages are freed.
+	cancelReserved := func() {
+		s.call(func() {
+			for id := range s.res {
+				s.step(transfer.Cancel{ID: id, Reason: errkind.New(errkind.Unavailable, "shutting_down", "the decode server is shutting down")})
+			}
+		})
+	}
 	if err == nil {
+		// Shutdown closes the control listener at once and waits for the
+		// generate requests in flight; the KV listener stays open meanwhile,
+		// since only prefill servers sending KV for those requests can use
+		// it (the Table refuses every other id).
 		sctx, cancel := context.WithTimeout(context.Background(), s.opts.Drain)
 		err = srv.Shutdown(sctx)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
+			cancelReserved()
 			stopEngine() // fails what is left with a clean error
 			srv.Close()
 			err = nil
 		}
 		<-served
 	}
-	s.call(func() {
-		for _, c := range s.conns {
-			c.close()
-		}
-	})
-	s.kvWG.Wait()
+	kvLn.Close()
+	<-acceptDone
+	cancelReserved()
+	s.closeKV()
 	stopLoop()
 	<-s.loopDone
 	for id, r := range s.res { // the loop is gone: its state is ours

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
@@ -68,10 +69,11 @@ type Router struct {
 	prefill []*peer
 	decode  []*peer
 	ref     peerapi.Info // the first peer's info: the deployment's identity
-	limits  engine.Limits
-	// tenantTokens bounds one request of a tenant with a KV page quota
-	// (TenantTokens); fixed at the handshake, as limits is.
-	tenantTokens map[string]int
+	// view is the admission limits over every peer's latest Info; lmu
+	// serializes its recomputation (refreshLimits), so the last one
+	// stored saw the latest infos.
+	view atomic.Pointer[limitView]
+	lmu  sync.Mutex
 
 	ctx    context.Context // ends at Close; every peer call hangs off it
 	stop   context.CancelFunc
@@ -189,27 +191,10 @@ func (r *Router) handshake(ctx context.Context) error {
 	}
 	r.ref = infos[0]
 	var bad []string
-	tenantTokens := map[string]int{}
-	lim := r.opts.Own
-	if lim.ContextLen <= 0 {
-		lim.ContextLen = infos[0].Limits.ContextLen
-	}
-	if lim.MaxInputTokens <= 0 {
-		lim.MaxInputTokens = infos[0].Limits.MaxInputTokens
-	}
-	if lim.PoolTokens <= 0 {
-		lim.PoolTokens = infos[0].Limits.PoolTokens
-	}
 	for i, p := range peers {
 		if why := compatible(p.role, r.ref, infos[i], r.opts.Fingerprint); why != "" {
 			bad = append(bad, fmt.Sprintf("%s %s %s", p.role, p.addr, why))
 			continue
-		}
-		lim = lim.Min(infos[i].Limits)
-		for t, n := range infos[i].TenantTokens {
-			if m, ok := tenantTokens[t]; !ok || n < m {
-				tenantTokens[t] = n
-			}
 		}
 		p.info, p.up = infos[i], true
 	}
@@ -217,22 +202,25 @@ func (r *Router) handshake(ctx context.Context) error {
 		return fmt.Errorf("router: refusing to start: the peers do not form one deployment (reference: %s %s, model %s, fingerprint %s, protocol %d, %d layers × kv_dim %d, kv dtype %s):\n  %s",
 			peers[0].role, peers[0].addr, r.ref.Model, short(r.ref.Fingerprint), r.ref.Protocol, r.ref.Layers, r.ref.KVDim, r.ref.KVType, strings.Join(bad, "\n  "))
 	}
-	r.limits, r.tenantTokens = lim, tenantTokens
+	r.refreshLimits()
+	lim := r.Limits()
 	r.log.Info("handshake complete", "prefill", len(r.prefill), "decode", len(r.decode), "model", r.ref.Model,
 		"context_len", lim.ContextLen, "max_input_tokens", lim.MaxInputTokens, "pool_tokens", lim.PoolTokens)
 	return nil
 }
 
-// Limits are the tightest limits over every peer (and the router's own):
-// a request admitted against them fits whichever pair runs it.
-func (r *Router) Limits() engine.Limits { return r.limits }
+// Limits are the tightest limits over every peer (and the router's own),
+// as the peers last described themselves: a request admitted against them
+// fits whichever pair runs it. They follow the peers (refreshLimits): a
+// peer restarted with lower limits lowers them.
+func (r *Router) Limits() engine.Limits { return r.view.Load().limits }
 
 // TenantTokens implements engine.TenantLimiter: the smallest of the
 // peers' advertised per-tenant limits (peerapi.Info.TenantTokens), so a
 // request that sends no max_tokens is sized to what its tenant may hold
 // on whichever pair runs it.
 func (r *Router) TenantTokens(tenant string) (int, bool) {
-	n, ok := r.tenantTokens[tenant]
+	n, ok := r.view.Load().tenantTokens[tenant]
 	return n, ok
 }
 
@@ -292,8 +280,14 @@ func (r *Router) healthLoop() {
 	}
 }
 
+// check refreshes p's Info as a health check does.
 func (r *Router) check(p *peer) {
-	ctx, done := context.WithTimeout(r.ctx, max(r.opts.HealthEvery, 500*time.Millisecond))
+	r.checkWithin(p, max(r.opts.HealthEvery, 500*time.Millisecond))
+}
+
+// checkWithin is check with the Info call bounded by d.
+func (r *Router) checkWithin(p *peer, d time.Duration) {
+	ctx, done := context.WithTimeout(r.ctx, d)
 	defer done()
 	info, err := r.getInfo(ctx, p)
 	if r.ctx.Err() != nil {
@@ -310,7 +304,15 @@ func (r *Router) check(p *peer) {
 		return
 	}
 	p.mu.Lock()
+	changed := limitsChanged(p.info, info)
 	p.info, p.fails = info, 0
+	p.mu.Unlock()
+	if changed {
+		// Before the peer is (again) up: a peer back from a restart with
+		// lower limits gets no request admitted against its old ones.
+		r.refreshLimits()
+	}
+	p.mu.Lock()
 	wasUp := p.up
 	p.up, p.why = true, ""
 	p.mu.Unlock()
@@ -342,31 +344,40 @@ func (r *Router) setDown(p *peer, why string) {
 	}
 }
 
-// pick chooses the least-loaded healthy decode and prefill peers and
-// counts the request on both; the caller must call release. Among
-// prefill peers within one unit of the least load, the one this tenant
-// used last is preferred (its prefix cache may hold the tenant's prompt;
-// the cache is per tenant, so this never pairs across tenants).
-func (r *Router) pick(tenant string) (d, p *peer, err error) {
+// pick chooses the least-loaded healthy decode and prefill peers whose
+// announced limits admit req, and counts the request on both; the caller
+// must call release. Among prefill peers within one unit of the least
+// load, the one this tenant used last is preferred (its prefix cache may
+// hold the tenant's prompt; the cache is per tenant, so this never pairs
+// across tenants). When healthy peers of a role exist but none admits
+// req, the error is the rejection such a peer would give, before anything
+// is reserved.
+func (r *Router) pick(req engine.Request) (d, p *peer, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rr++
-	d = r.leastLoaded(r.decode, "")
-	p = r.leastLoaded(r.prefill, r.sticky[tenant])
+	d, drej := r.leastLoaded(r.decode, "", req, nil)
+	p, prej := r.leastLoaded(r.prefill, r.sticky[req.Tenant], req, nil)
 	if d == nil || p == nil {
-		role := RoleDecode
+		role, rej := RoleDecode, drej
 		if d != nil {
-			role = RolePrefill
+			role, rej = RolePrefill, prej
+		}
+		if rej != nil {
+			return nil, nil, rej
 		}
 		return nil, nil, errkind.New(errkind.Overload, "no_healthy_peer", "no %s server is available", role)
 	}
-	r.sticky[tenant] = p.addr
+	r.sticky[req.Tenant] = p.addr
 	d.addInflight(1)
 	p.addInflight(1)
 	return d, p, nil
 }
 
-func (r *Router) leastLoaded(ps []*peer, prefer string) *peer {
+// leastLoaded is the least-loaded healthy peer of ps that admits req and
+// is not in skip (see pick for prefer). When there is none, rej is the
+// rejection of a healthy peer that did not admit req, if any.
+func (r *Router) leastLoaded(ps []*peer, prefer string, req engine.Request, skip map[*peer]bool) (best *peer, rej *errkind.Error) {
 	type cand struct {
 		p     *peer
 		score int
@@ -374,20 +385,26 @@ func (r *Router) leastLoaded(ps []*peer, prefer string) *peer {
 	var cs []cand
 	for i := range ps {
 		p := ps[(i+r.rr)%len(ps)]
-		if s, up := p.score(); up {
-			cs = append(cs, cand{p, s})
+		s, up := p.score()
+		if !up || skip[p] {
+			continue
 		}
+		if e := p.admits(req); e != nil {
+			rej = e
+			continue
+		}
+		cs = append(cs, cand{p, s})
 	}
 	if len(cs) == 0 {
-		return nil
+		return nil, rej
 	}
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].score < cs[j].score })
 	for _, c := range cs {
 		if c.p.addr == prefer && c.score <= cs[0].score+1 {
-			return c.p
+			return c.p, nil
 		}
 	}
-	return cs[0].p
+	return cs[0].p, nil
 }
 
 func release(d, p *peer) {

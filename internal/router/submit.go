@@ -38,7 +38,7 @@ type exchange struct {
 	ready  chan struct{}       // closed when decode said `ready`: KV verified, decoding started
 	term   chan engine.Result  // decode's final word, after reserved
 	early  *engine.Result      // term, when it came before prefill answered
-	pout   chan *errkind.Error // prefill's answer: nil = transferred and acknowledged
+	pout   chan prefillAnswer  // prefill's answer; its err nil = transferred and acknowledged
 	closed sync.Once
 	rdy    sync.Once
 }
@@ -93,8 +93,10 @@ func takeSlot(ctx context.Context, p *peer) bool {
 // transfer timeout: the disaggregated equivalent of waiting in serve's
 // queue, without holding anything while waiting (a lost generate call
 // holds nothing either: decode cancels a reservation whose call went
-// away, and every try has a fresh transfer ID). Every other refusal is
-// final.
+// away, and every try has a fresh transfer ID). So is a decode peer that
+// refused the request's length for limits the router had not heard of
+// yet: its Info is refreshed at once, and pairing skips it from then on.
+// Every other refusal is final.
 func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, error) {
 	deadline := time.Now().Add(r.opts.TransferTimeout)
 	wait := 10 * time.Millisecond
@@ -102,14 +104,14 @@ func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, er
 		if r.ctx.Err() != nil {
 			return nil, errkind.Wrap(errkind.Overload, "shutting_down", errClosed, "the server is shutting down")
 		}
-		d, p, err := r.pick(req.Tenant)
+		d, p, err := r.pick(req)
 		if err != nil {
 			r.metrics.failure("pick")
 			return nil, err
 		}
 		x := &exchange{r: r, d: d, p: p, id: transfer.NewID().String(), req: req, st: engine.NewStream(),
 			resv: make(chan *errkind.Error, 1), ready: make(chan struct{}), term: make(chan engine.Result, 1),
-			pout: make(chan *errkind.Error, 1)}
+			pout: make(chan prefillAnswer, 1)}
 		x.lctx, x.legs = context.WithCancel(r.ctx)
 		if !takeSlot(ctx, p) {
 			x.finish()
@@ -123,6 +125,13 @@ func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, er
 		<-p.slots
 		x.finish()
 		retry := (e.Kind == errkind.Overload && e.Code != "decode_busy") || e.Code == codeUnreachable
+		if limitRefused(e) && r.refreshAfterRefusal(d, req) {
+			// Decode refused the length for limits the router had not
+			// heard of yet (it restarted with lower ones). Nothing was
+			// reserved; pairing now skips it, and another decode that
+			// still admits the request may take it.
+			retry = true
+		}
 		if !retry || time.Now().Add(wait).After(deadline) {
 			r.metrics.failure("reserve")
 			return nil, e
@@ -274,22 +283,28 @@ func protocolError(what string) *errkind.Error {
 }
 
 // prefill asks the prefill peer to compute and transfer the KV to the
-// decode peer, and waits for the transfer's verdict (see verdict). On
-// failure it cancels the decode reservation (acknowledged) and returns
-// the first real error. pending is true when decode said `ready` before
-// prefill answered: the request goes on, and prefill's answer is still to
-// come (prefillTail).
+// decode peer, and waits for the transfer's verdict (see verdict). A
+// prefill peer that provably did nothing (retryPrefill) is replaced by
+// another, under the same reservation. On failure it cancels the decode
+// reservation (acknowledged) and returns the first real error. pending is
+// true when decode said `ready` before prefill answered: the request goes
+// on, and prefill's answer is still to come (prefillTail).
 func (x *exchange) prefill(ctx context.Context) (e *errkind.Error, pending bool) {
-	go func() { x.pout <- x.callPrefill() }()
+	tried := map[*peer]bool{}
+	x.startPrefill(tried)
 	var decodeErr *errkind.Error
 	var grace <-chan time.Time
 	for {
 		select {
 		case <-x.ready:
 			return nil, true
-		case pe := <-x.pout:
+		case pa := <-x.pout:
+			pe := pa.err
 			if pe == nil {
 				return nil, false
+			}
+			if x.retryPrefill(ctx, pa, tried) {
+				continue // another prefill peer's answer is on its way
 			}
 			if e := x.verdict(pe); e != nil {
 				x.cancelLegs(true, false)
@@ -324,7 +339,7 @@ func (x *exchange) prefill(ctx context.Context) (e *errkind.Error, pending bool)
 // decode verified the KV. The call ends at the latest when the exchange
 // finishes and closes its control connections.
 func (x *exchange) prefillTail() {
-	pe := <-x.pout
+	pe := (<-x.pout).err
 	<-x.p.slots
 	if pe != nil && x.lctx.Err() == nil {
 		x.r.log.Warn("prefill failed after decode verified the KV; decode's verdict stands",
@@ -379,8 +394,10 @@ func (x *exchange) verdict(pe *errkind.Error) *errkind.Error {
 	return pe
 }
 
-func (x *exchange) callPrefill() *errkind.Error {
-	r, p := x.r, x.p
+// callPrefill runs the prefill call on p (x.p when it started; the
+// caller may replace x.p only once this has answered).
+func (x *exchange) callPrefill(p *peer) prefillAnswer {
+	r := x.r
 	x.d.mu.Lock()
 	kvAddr := x.d.info.KVAddr
 	x.d.mu.Unlock()
@@ -392,28 +409,28 @@ func (x *exchange) callPrefill() *errkind.Error {
 	})
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return errkind.Wrap(errkind.Unavailable, "transfer_timeout", err, "the prefill server did not finish the KV transfer in time")
+			return prefillAnswer{err: errkind.Wrap(errkind.Unavailable, "transfer_timeout", err, "the prefill server did not finish the KV transfer in time")}
 		}
 		if x.lctx.Err() == nil {
 			r.failed(p, err.Error())
 		}
-		return unreachable(p, err)
+		return prefillAnswer{err: unreachable(p, err), unreached: neverConnected(err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return peerFailure(p, resp)
+		return prefillAnswer{err: peerFailure(p, resp)}
 	}
 	var res peerapi.PrefillResult
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&res); err != nil {
-		return errkind.Wrap(errkind.Unavailable, "peer_protocol_error", err, "the prefill server's answer could not be read")
+		return prefillAnswer{err: errkind.Wrap(errkind.Unavailable, "peer_protocol_error", err, "the prefill server's answer could not be read")}
 	}
 	if !res.OK {
 		if e := res.Error.Err(); e != nil {
-			return e
+			return prefillAnswer{err: e, sentNothing: res.BytesSent == 0}
 		}
-		return errkind.New(errkind.Internal, "prefill_failed", "the prefill server failed without saying why")
+		return prefillAnswer{err: errkind.New(errkind.Internal, "prefill_failed", "the prefill server failed without saying why")}
 	}
-	return nil
+	return prefillAnswer{}
 }
 
 // stream waits for decode's final result (or the client's cancel) and

@@ -1,0 +1,95 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// prefillAnswer is a prefill call's outcome, with what the router can
+// prove about the work it did.
+type prefillAnswer struct {
+	err *errkind.Error // nil: transferred and acknowledged
+	// unreached: the call never connected (the dial failed), so the
+	// prefill server never saw the request.
+	unreached bool
+	// sentNothing: the prefill server answered that it sent no KV byte.
+	sentNothing bool
+}
+
+// neverConnected reports whether err is a failure to open the connection
+// (refused, unroutable, timed out while connecting). Nothing was written
+// then: the HTTP client hands a POST to a new connection only after a
+// dial succeeds, and re-sends one on another connection only when nothing
+// of it was written. Any later failure (reset, EOF mid-answer) may come
+// after the prefill server started, even after it sent KV, so it is not
+// this.
+func neverConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// startPrefill starts the prefill call on x.p, which counts as tried.
+func (x *exchange) startPrefill(tried map[*peer]bool) {
+	p := x.p
+	tried[p] = true
+	go func() { x.pout <- x.callPrefill(p) }()
+}
+
+// retryPrefill moves the prefill leg to another healthy prefill peer, under
+// the same transfer id and the same decode reservation, when the failed
+// call provably did nothing there:
+//   - it never connected (a prefill server restarting or gone, before
+//     health checks mark it down), or
+//   - the peer refused the prompt's length at its own admission, before
+//     computing or sending anything (sentNothing), for limits the router
+//     had not heard of yet (refreshAfterRefusal).
+//
+// In both cases no KV byte reached decode, whose reservation is still
+// unopened and takes the new peer's OPEN as the first; no token was
+// generated. Any other failure is never retried here: once a prefill
+// server may have started sending, a second one could race it into the
+// same reservation. It reports whether a new call was started; false
+// leaves the exchange as it was.
+func (x *exchange) retryPrefill(ctx context.Context, pa prefillAnswer, tried map[*peer]bool) bool {
+	if x.early != nil || x.isReady() || ctx.Err() != nil || x.lctx.Err() != nil {
+		return false // decode has spoken, or the request is over
+	}
+	if !pa.unreached && !(pa.sentNothing && limitRefused(pa.err) && x.r.refreshAfterRefusal(x.p, x.req)) {
+		return false
+	}
+	r := x.r
+	r.mu.Lock()
+	np, _ := r.leastLoaded(r.prefill, "", x.req, tried)
+	if np != nil {
+		r.sticky[x.req.Tenant] = np.addr
+		np.addInflight(1)
+	}
+	r.mu.Unlock()
+	if np == nil {
+		return false
+	}
+	// A slot on the new peer, as for any prefill; decode's reservation
+	// lease runs meanwhile, so decode ending it stops the wait.
+	select {
+	case np.slots <- struct{}{}:
+	case res := <-x.term:
+		x.early = &res
+		np.addInflight(-1)
+		return false
+	case <-ctx.Done():
+		np.addInflight(-1)
+		return false
+	}
+	old := x.p
+	<-old.slots
+	old.addInflight(-1)
+	x.p = np
+	r.metrics.request(np, x.d)
+	r.log.Warn("prefill peer did nothing for the request; its prefill runs on another under the same reservation",
+		"id", x.id, "from", old.addr, "to", np.addr, "code", pa.err.Code, "error", pa.err.Error())
+	x.startPrefill(tried)
+	return true
+}
