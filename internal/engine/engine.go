@@ -435,8 +435,10 @@ func (e *Engine) finish(r *request, res Result) {
 		e.stats.queued.Add(-1)
 	}
 	res.Usage = Usage{PromptTokens: r.promptLen, CompletionTokens: r.generated(), CachedTokens: r.cached}
-	r.stream.Close(res)
+	// The tenant's slot first: a client that sends its next request the
+	// moment this one ends must not find it still counted.
 	e.release(r.tenant)
+	r.stream.Close(res)
 }
 
 // step runs one batch: plan, forward, sample, emit. It reports whether
