@@ -24,7 +24,8 @@ func ReadBandwidth(size int, threads, reps int) float64 {
 		threads = 1
 	}
 	words := size / 4
-	buf := make([]float32, words)
+	buf, free := readBuffer(words)
+	defer free()
 	for i := range buf {
 		buf[i] = float32(i & 1023) // touch every page so reads hit memory, not the zero page
 	}
