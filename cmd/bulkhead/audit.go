@@ -103,7 +103,7 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	rounds := fs.Int("rounds", 3, "rounds of concurrent mixed traffic")
 	concurrency := fs.Int("concurrency", 8, "requests in flight during the mixed traffic")
 	seed := fs.Uint64("seed", 1, "seed of the canary markers and of the mixed order")
-	contextLen := fs.Int("context-len", 0, fmt.Sprintf("the endpoint's context length in tokens; over-limit prompts are one token longer (default: %d-token prompts)", audit.DefaultOverLength))
+	contextLen := fs.Int("context-len", 0, fmt.Sprintf("the endpoint's context length in tokens; over-limit prompts are one token longer (default: the length GET /v1/models reports, else %d-token prompts)", audit.DefaultOverLength))
 	timeout := fs.Duration("timeout", 60*time.Second, "deadline of each request, to the end of its body")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	if err := parse(fs, args); err != nil {
@@ -147,9 +147,10 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	client := audit.NewHTTPClient(base, keys.keys, *concurrency)
 	defer client.Close()
 	// Every key first: a refused key is a setup error, not a finding.
-	for _, t := range keys.names {
+	reported := 0 // the context length the first tenant's list gives the model
+	for i, t := range keys.names {
 		mctx, cancel := context.WithTimeout(ctx, *timeout)
-		models, err := client.Models(mctx, t)
+		models, err := client.ListModels(mctx, t)
 		cancel()
 		if err != nil {
 			return err
@@ -158,8 +159,19 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 			if len(models) == 0 {
 				return fmt.Errorf("GET /v1/models lists no model for tenant %q; name one with --model", t)
 			}
-			cfg.Model = models[0]
+			cfg.Model = models[0].ID
 		}
+		for _, m := range models {
+			if i == 0 && m.ID == cfg.Model {
+				reported = m.ContextLen
+			}
+		}
+	}
+	// Without --context-len, the length the endpoint reports: a fixed
+	// guess is under the context of some models, whose correct answers
+	// to the "over-limit" prompts would then be failed.
+	if cfg.ContextLen == 0 && reported > 0 && reported < audit.MaxOverLength {
+		cfg.ContextLen, cfg.ContextLenSource = reported, "GET /v1/models"
 	}
 	plan, err := audit.NewPlan(cfg)
 	if err != nil {

@@ -23,7 +23,8 @@
 // requests one at a time, then the mixed rounds with bounded concurrency,
 // sending a request answered 429 or 503 again a few times; it waits for
 // every goroutine it starts. Besides Run, only
-// HTTPClient.Models sends anything (to check each key first).
+// HTTPClient.ListModels (and Models) sends anything: to check each key
+// first, and to learn the context length when the operator gave none.
 //
 // It holds the API keys only inside HTTPClient, which puts them in the
 // Authorization header and removes them from anything the server sends

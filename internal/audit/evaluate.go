@@ -97,9 +97,12 @@ type Report struct {
 	Seed        uint64   `json:"seed"`
 	Rounds      int      `json:"rounds"`
 	OverLength  int      `json:"over_limit_prompt_tokens"`
-	Requests    int      `json:"requests"`
-	Solo        int      `json:"solo_requests"`
-	Checks      []Check  `json:"checks"`
+	// ContextLenSource is Config.ContextLenSource: where the context
+	// length came from, when the operator did not give it.
+	ContextLenSource string  `json:"context_len_source,omitempty"`
+	Requests         int     `json:"requests"`
+	Solo             int     `json:"solo_requests"`
+	Checks           []Check `json:"checks"`
 	// Status is the worst check's.
 	Status Status `json:"status"`
 }
@@ -127,7 +130,7 @@ func Evaluate(p *Plan, results []Result) Report {
 		}
 	}
 	rep := Report{Model: p.Config.Model, Tenants: p.Config.Tenants, Seed: p.Config.Seed, Rounds: p.Config.Rounds,
-		OverLength: p.OverLength, Requests: len(p.Requests), Solo: p.SoloCount()}
+		OverLength: p.OverLength, ContextLenSource: p.Config.ContextLenSource, Requests: len(p.Requests), Solo: p.SoloCount()}
 	rep.Checks = []Check{
 		checkOverLimit(p, res),
 		checkSoloEquivalence(p, res),
@@ -140,67 +143,6 @@ func Evaluate(p *Plan, results []Result) Report {
 		rep.Status = max(rep.Status, rep.Checks[i].Status)
 	}
 	return rep
-}
-
-func checkOverLimit(p *Plan, res []Result) Check {
-	c := Check{ID: CheckOverLimit, Title: "over-limit prompts are refused"}
-	const want = "a refusal: 400 context_length_exceeded (or 413)"
-	total, refused, answered, failed := 0, 0, 0, 0
-	for i := range p.Requests {
-		q, r := &p.Requests[i], &res[i]
-		if q.Kind != OverLimit {
-			continue
-		}
-		total++
-		verdict, why := ClassifyOverLimit(r)
-		switch verdict {
-		case Pass:
-			refused++
-			continue
-		case Fail:
-			if r.Status >= 500 {
-				failed++
-			} else {
-				answered++
-			}
-			if p.Config.ContextLen == 0 {
-				why += fmt.Sprintf(" (unless the endpoint's context really is %d tokens or more: then pass --context-len)", p.OverLength)
-			}
-		}
-		c.add(Finding{Status: verdict, Tenant: q.Tenant, Request: q.String(), Expected: want, Got: r.describe(), Why: why})
-	}
-	c.Summary = fmt.Sprintf("%d of %d prompts of %d tokens refused", refused, total, p.OverLength)
-	if answered > 0 {
-		c.Summary += fmt.Sprintf("; %d answered with a 2xx", answered)
-	}
-	if failed > 0 {
-		c.Summary += fmt.Sprintf("; %d failed with a 5xx after admission", failed)
-	}
-	return c
-}
-
-// ClassifyOverLimit judges the answer to an over-limit prompt: Pass for a
-// refusal (400 context_length_exceeded, or 413), Fail for any 2xx, and
-// Warn, with the reason, for anything else.
-func ClassifyOverLimit(r *Result) (Status, string) {
-	switch {
-	case r.Status == 0:
-		return Warn, "no answer, so the audit cannot tell whether the prompt was refused"
-	case r.OK():
-		return Fail, fmt.Sprintf("over-length prompt answered with %d: the placeholder bug of DESIGN.md section 1", r.Status)
-	case r.Status == 400 && r.ErrorCode == "context_length_exceeded", r.Status == 413:
-		return Pass, ""
-	case r.Status == 400:
-		return Warn, fmt.Sprintf("refused, but with code %q rather than context_length_exceeded: the length may not be why", r.ErrorCode)
-	case r.Status >= 500:
-		// A server that refuses at admission answers 4xx before any work;
-		// a 5xx means the prompt got past admission, as the placeholder
-		// did, and whether the failure comes before or after a token
-		// leaks is a matter of timing.
-		return Fail, fmt.Sprintf("over-length prompt failed with %d instead of a refusal: it got past admission (the placeholder bug of DESIGN.md section 1 shows this way when the failure wins the race)", r.Status)
-	default:
-		return Warn, fmt.Sprintf("refused with %d, not the expected 400 context_length_exceeded", r.Status)
-	}
 }
 
 func checkSoloEquivalence(p *Plan, res []Result) Check {
@@ -430,6 +372,10 @@ func checkCanaries(p *Plan, res []Result) Check {
 		if r.Truncated {
 			c.add(Finding{Status: Warn, Tenant: q.Tenant, Request: q.String(), Expected: "a body the audit reads whole",
 				Got: r.describe(), Why: "the body was longer than the audit reads: only part of it was searched"})
+		}
+		if r.Undecodable != "" {
+			c.add(Finding{Status: Warn, Tenant: q.Tenant, Request: q.String(), Expected: "a body the audit can decode",
+				Got: r.describe(), Why: fmt.Sprintf("the body came with content coding %s, which the audit cannot decode: it was not searched", r.Undecodable)})
 		}
 		if own {
 			echoedToOwner++

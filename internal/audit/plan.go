@@ -73,9 +73,11 @@ const (
 	// MaxRounds bounds Config.Rounds.
 	MaxRounds = 1000
 	// DefaultOverLength is the length of the over-limit prompts when the
-	// context length is not known: over the context of most models served
-	// today. Pass the context length for anything larger.
-	DefaultOverLength = 1 << 17
+	// context length is not known: one token over 131,072, the context of
+	// the many 128K models (Llama 3.1, Qwen2.5...), so that a prompt of
+	// exactly their context, which fits it, is not taken for an over-long
+	// one. A longer context needs its length (Config.ContextLen).
+	DefaultOverLength = 1<<17 + 1
 	// MaxOverLength bounds Config.ContextLen+1, and so the size of a
 	// request body: about 4 bytes of JSON per token id, 6 per word of the
 	// over-limit chat text.
@@ -101,6 +103,11 @@ type Config struct {
 	// the over-limit prompts are then ContextLen+1 tokens long. Zero: they
 	// are DefaultOverLength tokens.
 	ContextLen int
+	// ContextLenSource says where ContextLen came from when the operator
+	// did not give it ("GET /v1/models"); "" when given, or unknown. A
+	// length the audit found or guessed may be wrong, and the over-limit
+	// check then says how to give the real one.
+	ContextLenSource string
 	// MaxTokens is the max_tokens of probes and canaries (0: the default).
 	MaxTokens int
 	// Nonce starts the shared-prefix probe, so that what an earlier audit

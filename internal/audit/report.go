@@ -19,8 +19,12 @@ func WriteText(w io.Writer, rep *Report) error {
 	if rep.Concurrency > 0 {
 		fmt.Fprintf(&b, ", concurrency %d", rep.Concurrency)
 	}
-	fmt.Fprintf(&b, "; %d requests (%d solo, %d mixed); over-limit prompts of %d tokens\n\n",
+	fmt.Fprintf(&b, "; %d requests (%d solo, %d mixed); over-limit prompts of %d tokens",
 		rep.Requests, rep.Solo, rep.Requests-rep.Solo, rep.OverLength)
+	if rep.ContextLenSource != "" {
+		fmt.Fprintf(&b, " (context length %d from %s)", rep.OverLength-1, rep.ContextLenSource)
+	}
+	b.WriteString("\n\n")
 	for _, c := range rep.Checks {
 		fmt.Fprintf(&b, "%s  %-16s  %s: %s\n", c.Status, c.ID, c.Title, c.Summary)
 		for _, f := range c.Findings[:min(len(c.Findings), textFindings)] {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -29,6 +30,10 @@ type Response struct {
 	// RetryAfter is the wait a 429 or 503 asked for (its Retry-After in
 	// seconds); 0 when it named none.
 	RetryAfter time.Duration
+	// Undecodable names the content coding of a body the client could
+	// not decode (br, zstd): Body is then the bytes as sent, which no
+	// search can read.
+	Undecodable string
 }
 
 // Result is one request's outcome: what the checks judge.
@@ -47,9 +52,12 @@ type Result struct {
 	// Complete is a success: status 200, a parsable body with a
 	// finish_reason, no error, and for a stream, [DONE].
 	Complete bool `json:"complete"`
-	// ErrorCode and ErrorMessage are an OpenAI error object's code and
-	// message, from an error response or an error inside a stream.
+	// ErrorCode, ErrorType and ErrorMessage are an OpenAI error object's
+	// code, type and message, from an error response or an error inside a
+	// stream. A numeric code (vLLM and llama.cpp put the HTTP status
+	// there) is kept as its digits.
 	ErrorCode    string `json:"error_code,omitempty"`
+	ErrorType    string `json:"error_type,omitempty"`
 	ErrorMessage string `json:"error_message,omitempty"`
 	// Problem says why a 200 is not Complete (a stream without [DONE], a
 	// chunk that is not JSON...).
@@ -69,6 +77,9 @@ type Result struct {
 	// Truncated says the body was longer than the client reads: only its
 	// start was parsed and searched.
 	Truncated bool `json:"truncated,omitempty"`
+	// Undecodable names a content coding the client could not decode:
+	// the body was not searched at all.
+	Undecodable string `json:"undecodable,omitempty"`
 	// Choices is how many choices (distinct indexes) the response held.
 	Choices int `json:"choices,omitempty"`
 	// Content is everything the body carried, for the canary search:
@@ -85,7 +96,7 @@ type Result struct {
 
 // redact passes every string of r through f.
 func (r *Result) redact(f func(string) string) {
-	for _, s := range []*string{&r.Transport, &r.Text, &r.Finish, &r.ErrorCode, &r.ErrorMessage,
+	for _, s := range []*string{&r.Transport, &r.Text, &r.Finish, &r.ErrorCode, &r.ErrorType, &r.ErrorMessage,
 		&r.Problem, &r.Unparsed, &r.Content, &r.ErrorContent} {
 		*s = f(*s)
 	}
@@ -105,7 +116,7 @@ func (r *Result) describe() string {
 		return "no response: " + r.Transport
 	case r.Refused():
 		s := fmt.Sprintf("%d", r.Status)
-		if r.ErrorCode != "" {
+		if r.ErrorCode != "" && r.ErrorCode != strconv.Itoa(r.Status) {
 			s += " " + r.ErrorCode
 		}
 		if r.ErrorMessage != "" {
@@ -161,7 +172,7 @@ const maxEvent = 1 << 20
 // Parse reads one response to req. It never fails: what cannot be read is
 // recorded in the Result.
 func Parse(req *Request, resp Response) Result {
-	r := Result{ID: req.ID, Status: resp.Status, Transport: resp.Err, Truncated: resp.Truncated}
+	r := Result{ID: req.ID, Status: resp.Status, Transport: resp.Err, Truncated: resp.Truncated, Undecodable: resp.Undecodable}
 	if resp.Status == 0 {
 		if r.Transport == "" {
 			r.Transport = "no response"
@@ -172,7 +183,7 @@ func Parse(req *Request, resp Response) Result {
 	var c content
 	if resp.Status < 200 || resp.Status >= 300 {
 		whole := string(trimmed)
-		r.ErrorCode, r.ErrorMessage = errorOf(trimmed)
+		r.ErrorCode, r.ErrorType, r.ErrorMessage = errorOf(trimmed)
 		if r.ErrorMessage == "" && r.ErrorCode == "" {
 			r.Unparsed = whole
 		}
@@ -216,7 +227,7 @@ func (p *parser) whole(b []byte) {
 	p.take(&v)
 	switch {
 	case hasError(v.Error):
-		r.ErrorCode, r.ErrorMessage = errorOf(b)
+		r.ErrorCode, r.ErrorType, r.ErrorMessage = errorOf(b)
 		r.Problem = "a 200 whose body is an error"
 	case len(v.Choices) == 0:
 		r.Problem = "no choices in the body"
@@ -262,7 +273,7 @@ func (p *parser) stream(b []byte) {
 		if ev.Name == "error" {
 			p.c.body(ev.Data, true)
 			if !settled {
-				r.ErrorCode, r.ErrorMessage = errorOf([]byte(ev.Data))
+				r.ErrorCode, r.ErrorType, r.ErrorMessage = errorOf([]byte(ev.Data))
 				if r.ErrorMessage == "" {
 					r.ErrorMessage = ev.Data
 				}
@@ -292,7 +303,7 @@ func (p *parser) stream(b []byte) {
 			continue
 		}
 		if hasError(v.Error) {
-			r.ErrorCode, r.ErrorMessage = errorOf([]byte(ev.Data))
+			r.ErrorCode, r.ErrorType, r.ErrorMessage = errorOf([]byte(ev.Data))
 			settle("")
 		}
 		p.take(&v)
@@ -369,10 +380,11 @@ func hasError(raw json.RawMessage) bool {
 	return s != "" && s != "null" && s != "{}" && s != `""`
 }
 
-// errorOf reads the code and message of an OpenAI error body,
-// {"error": {"message": ..., "code": ...}}, or of a bare error object or
-// string. The code may be a string, a number or null.
-func errorOf(b []byte) (code, msg string) {
+// errorOf reads the code, type and message of an OpenAI error body,
+// {"error": {"message": ..., "type": ..., "code": ...}}, or of a bare
+// error object (vLLM's) or string. The code may be a string, a number or
+// null.
+func errorOf(b []byte) (code, typ, msg string) {
 	var outer struct {
 		Error json.RawMessage `json:"error"`
 	}
@@ -382,22 +394,26 @@ func errorOf(b []byte) (code, msg string) {
 	}
 	var s string
 	if json.Unmarshal(inner, &s) == nil {
-		return "", s
+		return "", "", s
 	}
 	var obj struct {
 		Message string          `json:"message"`
+		Type    json.RawMessage `json:"type"`
 		Code    json.RawMessage `json:"code"`
 	}
 	if json.Unmarshal(inner, &obj) != nil {
-		return "", ""
+		return "", "", ""
 	}
-	c := strings.TrimSpace(string(obj.Code))
-	if json.Unmarshal(obj.Code, &s) == nil {
-		c = s
-	} else if c == "null" {
-		c = ""
+	str := func(raw json.RawMessage) string {
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+		if c := strings.TrimSpace(string(raw)); c != "null" {
+			return c
+		}
+		return ""
 	}
-	return c, obj.Message
+	return str(obj.Code), str(obj.Type), obj.Message
 }
 
 // clip shortens s to at most n bytes for a report, marking the cut. It

@@ -31,7 +31,7 @@ func TestParse(t *testing.T) {
 		{"error event", stream, Response{Status: 200, Body: []byte("event: error\ndata: {\"message\":\"boom\"}\n\n")},
 			Result{ID: 4, Status: 200, ErrorMessage: "boom"}},
 		{"400", plain, Response{Status: 400, Body: []byte(`{"error":{"message":"prompt has 257 tokens","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}`)},
-			Result{ID: 3, Status: 400, ErrorCode: "context_length_exceeded", ErrorMessage: "prompt has 257 tokens"}},
+			Result{ID: 3, Status: 400, ErrorCode: "context_length_exceeded", ErrorType: "invalid_request_error", ErrorMessage: "prompt has 257 tokens"}},
 		{"400 null code", stream, Response{Status: 400, Body: []byte(`{"object":"error","error":{"message":"too long","code":null}}`)},
 			Result{ID: 4, Status: 400, ErrorMessage: "too long"}},
 		{"413 numeric code", plain, Response{Status: 413, Body: []byte(`{"error":{"message":"too large","code":413}}`)},

@@ -45,6 +45,8 @@ const (
 	maxTries = 4
 	// maxRetryWait bounds one wait, whatever Retry-After asks for.
 	maxRetryWait = 20 * time.Second
+	// defaultRetryWait is the first wait when none is set.
+	defaultRetryWait = 250 * time.Millisecond
 )
 
 // busy reports an answer worth sending the request again for.
@@ -90,7 +92,7 @@ func Run(ctx context.Context, p *Plan, c Client, o Options) ([]Result, error) {
 		o.Timeout = time.Minute
 	}
 	if o.RetryWait <= 0 {
-		o.RetryWait = 250 * time.Millisecond
+		o.RetryWait = defaultRetryWait
 	}
 	results := make([]Result, len(p.Requests))
 	for i := range results {

@@ -37,27 +37,32 @@ type Options struct {
 	// user-defined). Render refuses message content containing one of them
 	// when it cannot tell message text from template text (see Render).
 	Specials []string
+	// Limits bound each render (zero fields: DefaultLimits).
+	Limits Limits
 }
 
 // Template is a compiled chat template. It is safe for concurrent use.
 type Template struct {
-	tmpl     *jinja.Template
+	tmpl     *jinja.Template // the instrumented template (instrument.go)
 	builtin  bool
 	opts     Options
+	lim      Limits
 	specials []string
 }
 
 // New compiles opts.Source (or Builtin). A template that does not compile
 // is an error naming the problem; it is the model's or the operator's fault,
-// so the server should refuse to start rather than fail each request.
+// so the server should refuse to start rather than fail each request. So is
+// one that this package cannot bound (see guard.go): one too large, or using
+// a construct whose cost it cannot account for.
 func New(opts Options) (*Template, error) {
 	src, builtin := opts.Source, false
 	if strings.TrimSpace(src) == "" {
 		src, builtin = Builtin, true
 	}
-	tmpl, err := jinja.Compile(src)
+	tmpl, err := compileBounded(src)
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		return nil, err
 	}
 	if err := checkRecursion(src); err != nil {
 		return nil, err
@@ -68,7 +73,7 @@ func New(opts Options) (*Template, error) {
 			specials = append(specials, s)
 		}
 	}
-	return &Template{tmpl: tmpl, builtin: builtin, opts: opts, specials: specials}, nil
+	return &Template{tmpl: tmpl, builtin: builtin, opts: opts, lim: opts.Limits.orDefaults(), specials: specials}, nil
 }
 
 // IsBuiltin reports whether t is the built-in template.
@@ -102,9 +107,10 @@ const (
 
 // Render applies the template to msgs. Errors are *errkind.Error: a
 // template that calls raise_exception (for instance "Conversation roles
-// must alternate") is BadInput with the template's message; any other
-// rendering failure is Internal, since the template, not the request, is at
-// fault.
+// must alternate") is BadInput with the template's message; a render that
+// goes over the template's Limits is Internal with code chat_template_limit,
+// saying which limit; any other rendering failure is Internal, since the
+// template, not the request, is at fault.
 //
 // To know which text came from messages, Render renders twice: once as is
 // and once with each content wrapped in sentinel characters. When removing
@@ -149,8 +155,10 @@ func contentHasMarks(msgs []Message) bool {
 type raised struct{ msg string }
 
 func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.Error) {
+	input := len(t.opts.BOS) + len(t.opts.EOS)
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
+		input += len(m.Role) + len(m.Content)
 		c := m.Content
 		if mark {
 			c = openMark + c + closeMark
@@ -168,6 +176,10 @@ func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.E
 	for k, v := range data {
 		vals[k] = jinja.FromGoValue(v)
 	}
+	st := newAccount(t.lim, input)
+	for name, g := range st.guards() {
+		vals[name] = jinja.NewCallable(name, g)
+	}
 	vals["range"] = jinja.NewCallable("range", boundedRange)
 	vals["raise_exception"] = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		msg := "the chat template rejected the conversation"
@@ -177,11 +189,14 @@ func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.E
 		r = &raised{msg: msg}
 		return jinja.Undefined(), fmt.Errorf("raise_exception: %s", msg)
 	})
-	out, err := t.tmpl.RenderValues(vals)
+	out, err := renderSafely(t.tmpl, vals)
 	switch {
 	case r != nil:
 		return "", &errkind.Error{Kind: errkind.BadInput, Code: "invalid_value", Param: "messages",
 			Message: "the model's chat template rejected the messages: " + r.msg}
+	case st.err != nil:
+		return "", &errkind.Error{Kind: errkind.Internal, Code: "chat_template_limit",
+			Message: "the model's chat template was stopped: " + st.err.msg}
 	case err != nil:
 		return "", errkind.Wrap(errkind.Internal, "chat_template_error", err, "the model's chat template failed to render")
 	}

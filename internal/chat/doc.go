@@ -13,6 +13,12 @@
 // tokens. A user who types "<|im_end|>" gets those characters, not the
 // control token that would let them forge a turn.
 //
+// It also bounds what a template may cost: the template comes from the
+// model file, and the engine has no limits of its own, so New rewrites it
+// with guards that count its steps, time, call depth and the memory it
+// keeps, and Render stops a render that goes over its Limits with an error
+// for that request instead of a crash of the server (guard.go).
+//
 // It must never log or keep message content, and it must never tokenize:
 // the tokenizer belongs to the caller.
 package chat

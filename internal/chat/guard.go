@@ -11,16 +11,84 @@ import (
 )
 
 // A chat template comes from the model file, and the Jinja engine has no
-// limits of its own: a macro that calls itself overflows the goroutine
-// stack, which kills the whole process (a fatal error, not a panic), and
-// range(10**12) builds a list until memory runs out. The guards below
-// turn both into errors: recursion at New, so the server refuses the
-// model at start with a message, and a range too long at render time.
+// limits of its own. Without them, one template could take the whole
+// server down at the first chat request:
+//   - a macro that calls itself overflows the goroutine stack, which kills
+//     the process (a fatal error, not a panic);
+//   - 'x' * 10**12, or a replace, join, format or indent of large pieces,
+//     asks for more memory than there is in one allocation, which kills
+//     the process too;
+//   - a string doubled in a loop, or a list that holds itself and is
+//     printed, grows without end;
+//   - loops nested over range() run for days.
+//
+// New refuses a template whose macros visibly call themselves
+// (checkRecursion), naming the cycle. A macro can still reach itself in
+// ways no reading of the source sees (a macro passed to itself as an
+// argument, or stored in a namespace), so the runtime bound on call depth
+// below stands behind that check.
+//
+// New also compiles the template twice: as written, for its errors
+// and its syntax tree (tree.go), and rewritten from that tree with a guard
+// around every operation that can loop, call, grow a value or write
+// (instrument.go). The guards (budget.go, ops.go) keep an account per
+// render against its Limits, and stop a render that goes over with an
+// error for that request. New refuses, with a message, the few constructs
+// whose cost it cannot account for, and a template so large or so deeply
+// nested that compiling or walking it is itself a risk. range() builds at
+// most maxRangeItems items.
+
+// maxSource bounds a chat template's source. The engine parses by
+// recursion, so the source bounds the stack New needs; real templates are
+// a few kilobytes, the longest tens.
+const maxSource = 256 << 10
 
 // maxRangeItems bounds the list one call of range() may build; chat
 // templates loop over messages, not over numbers, and use range, when at
 // all, for a handful of items.
 const maxRangeItems = 1 << 16
+
+// compileBounded compiles src with the guards in place (see above).
+func compileBounded(src string) (*jinja.Template, error) {
+	if len(src) > maxSource {
+		return nil, fmt.Errorf("chat template: %d bytes is more than the %d this server accepts", len(src), maxSource)
+	}
+	if strings.Contains(src, guardPrefix) {
+		return nil, fmt.Errorf("chat template: names beginning with %q are reserved for this server's guards", guardPrefix)
+	}
+	tmpl, err := jinja.Compile(src)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	tree, err := readTree(tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: this server cannot bound its rendering: %w", err)
+	}
+	guarded, err := instrument(tree)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: this server cannot bound its rendering: %w", err)
+	}
+	tmpl, err = jinja.Compile(guarded)
+	if err != nil {
+		// The rewrite is this package's, so this is its bug, not the
+		// template's; refusing is still better than rendering unguarded.
+		return nil, fmt.Errorf("chat template: internal error: the guarded template does not compile: %w", err)
+	}
+	return tmpl, nil
+}
+
+// renderSafely renders tmpl, turning a panic in the engine into an error.
+// The guards leave the engine no known way to panic (strings.Repeat with
+// a negative count is done by the guards); this is for the unknown ones,
+// which must fail one request, not the server.
+func renderSafely(tmpl *jinja.Template, vals map[string]jinja.Value) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("the template engine panicked: %v", p)
+		}
+	}()
+	return tmpl.RenderValues(vals)
+}
 
 var (
 	macroDef   = regexp.MustCompile(`\{%[-+]?\s*macro\s+([A-Za-z_]\w*)`)
@@ -33,7 +101,10 @@ var (
 // directly, through other macros, or through a name set to one of them.
 // It reads the source, not the engine's syntax tree, and errs towards
 // refusing: a macro whose body merely mentions its own name (in a string,
-// say) is refused too. Real chat templates have no recursive macros.
+// say) is refused too. Some real templates recurse on purpose (Gemma 4,
+// gpt-oss and Qwen3.5 render tool schemas that way) and are refused by
+// it, although the call-depth guard now bounds their rendering
+// (TestRealTemplates renders them guarded).
 func checkRecursion(src string) error {
 	defs := macroDef.FindAllStringSubmatchIndex(src, -1)
 	if len(defs) == 0 {
@@ -106,7 +177,7 @@ func checkRecursion(src string) error {
 	}
 	for _, n := range names {
 		if cycle := visit(n); cycle != nil {
-			return fmt.Errorf("chat template: macro %s can call itself (%s); recursive templates are refused because the template engine has no depth limit and would crash the server",
+			return fmt.Errorf("chat template: macro %s can call itself (%s); templates whose macros recurse are refused at load (the template engine has no depth limit of its own)",
 				cycle[0], strings.Join(cycle, " -> "))
 		}
 	}

@@ -31,6 +31,22 @@ func TestRecursiveMacrosRefused(t *testing.T) {
 	}
 }
 
+// TestRecursionBounded: a macro can reach itself in ways no reading of
+// the source sees: passed to itself as an argument, through a call block,
+// or stored in a namespace. checkRecursion lets these through, and before
+// the call guard each crashed the test binary with a stack overflow; the
+// guard stops it at Limits.Depth with an error for that request.
+func TestRecursionBounded(t *testing.T) {
+	for _, src := range []string{
+		`{% macro m(f) %}{{ f(f) }}{% endmacro %}{{ m(m) }}`,
+		`{% macro m(f) %}{% call f(f) %}{% endcall %}{% endmacro %}{{ m(m) }}`,
+		`{% macro m(x, f) %}{{ x|f(f) }}{% endmacro %}{{ 1|m(m) }}`,
+		`{% set ns = namespace() %}{% macro f() %}{{ ns.g() }}{% endmacro %}{% set ns.g = f %}{{ f() }}`,
+	} {
+		stopped(t, src, "calls nested more than")
+	}
+}
+
 // TestRangeBounded: range() keeps Jinja's meaning up to maxRangeItems
 // items and refuses more, instead of building a list until memory runs
 // out.
