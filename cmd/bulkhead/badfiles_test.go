@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/convert"
 	"github.com/bulkhead-llm/bulkhead/internal/embedded"
 	"github.com/bulkhead-llm/bulkhead/internal/gguf"
+	"github.com/openai/openai-go/v3"
 )
 
 // TestBadModelFiles: every broken file gets a clear error that names the
@@ -131,11 +134,12 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestServeRefusesRecursiveTemplate: a model file whose chat template has
-// a macro that calls itself would crash the server with a stack overflow
-// at the first chat request; serve refuses to start instead, naming the
-// file's template and the cycle.
-func TestServeRefusesRecursiveTemplate(t *testing.T) {
+// TestServeBoundsRecursiveTemplate: a model file whose chat template has
+// a macro that calls itself for ever used to crash the whole server with a
+// stack overflow at the first chat request. Now that request alone fails,
+// with a 500 chat_template_limit naming the limit, and the server goes on
+// serving.
+func TestServeBoundsRecursiveTemplate(t *testing.T) {
 	good, err := os.ReadFile(convertEmbedded(t, "f32"))
 	if err != nil {
 		t.Fatal(err)
@@ -153,9 +157,18 @@ func TestServeRefusesRecursiveTemplate(t *testing.T) {
 	if err := os.WriteFile(model, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := writeConfig(t, fmt.Sprintf("model: %s\ncontext_len: 256\nmax_input_tokens: 200\nkv:\n  page_size: 16\n  pages: 64\n", model))
-	_, errOut, code := runCLI(t, "serve", "--config", cfg, "--listen", "127.0.0.1:0")
-	if code == 0 || !strings.Contains(errOut, "turn -> turn") || !strings.Contains(errOut, "chat template") {
-		t.Fatalf("exit %d, stderr %q; want a refusal naming the cycle", code, errOut)
+	p := startBulkhead(t, "serve", "--config", writeConfig(t, fmt.Sprintf("model: %s\ncontext_len: 256\nmax_input_tokens: 200\nkv:\n  page_size: 16\n  pages: 64\n", model)))
+	ctx := context.Background()
+	c := p.client("")
+	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:    "stories260K",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Once upon a time")},
+	})
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 500 || ae.Code != "chat_template_limit" || !strings.Contains(ae.Message, "nested") {
+		t.Fatalf("chat with a runaway template: %v, want 500 chat_template_limit naming the call depth", err)
+	}
+	if _, err := complete(ctx, p.client(""), textPrompt("Once upon a time"), 4); err != nil {
+		t.Fatalf("the server did not go on serving: %v", err)
 	}
 }

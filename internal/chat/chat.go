@@ -64,9 +64,6 @@ func New(opts Options) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRecursion(src); err != nil {
-		return nil, err
-	}
 	var specials []string
 	for _, s := range opts.Specials {
 		if s != "" {

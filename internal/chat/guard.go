@@ -3,8 +3,6 @@ package chat
 import (
 	"fmt"
 	"math"
-	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -22,13 +20,13 @@ import (
 //     printed, grows without end;
 //   - loops nested over range() run for days.
 //
-// New refuses a template whose macros visibly call themselves
-// (checkRecursion), naming the cycle. A macro can still reach itself in
-// ways no reading of the source sees (a macro passed to itself as an
-// argument, or stored in a namespace), so the runtime bound on call depth
-// below stands behind that check.
+// Recursion is bounded at render time, not refused at load: real
+// templates recurse on purpose (Gemma 4, gpt-oss and Qwen3.5 render tool
+// schemas that way), and a macro can reach itself in ways no reading of
+// the source sees (passed to itself as an argument, or stored in a
+// namespace). The call-depth guard stops any of them at Limits.Depth.
 //
-// New also compiles the template twice: as written, for its errors
+// New compiles the template twice: as written, for its errors
 // and its syntax tree (tree.go), and rewritten from that tree with a guard
 // around every operation that can loop, call, grow a value or write
 // (instrument.go). The guards (budget.go, ops.go) keep an account per
@@ -88,100 +86,6 @@ func renderSafely(tmpl *jinja.Template, vals map[string]jinja.Value) (out string
 		}
 	}()
 	return tmpl.RenderValues(vals)
-}
-
-var (
-	macroDef   = regexp.MustCompile(`\{%[-+]?\s*macro\s+([A-Za-z_]\w*)`)
-	macroEnd   = regexp.MustCompile(`\{%[-+]?\s*endmacro`)
-	setAlias   = regexp.MustCompile(`\{%[-+]?\s*set\s+([A-Za-z_]\w*)\s*=([^%]*)%\}`)
-	identifier = regexp.MustCompile(`[A-Za-z_]\w*`)
-)
-
-// checkRecursion refuses a template in which a macro can reach itself:
-// directly, through other macros, or through a name set to one of them.
-// It reads the source, not the engine's syntax tree, and errs towards
-// refusing: a macro whose body merely mentions its own name (in a string,
-// say) is refused too. Some real templates recurse on purpose (Gemma 4,
-// gpt-oss and Qwen3.5 render tool schemas that way) and are refused by
-// it, although the call-depth guard now bounds their rendering
-// (TestRealTemplates renders them guarded).
-func checkRecursion(src string) error {
-	defs := macroDef.FindAllStringSubmatchIndex(src, -1)
-	if len(defs) == 0 {
-		return nil
-	}
-	bodies := map[string]string{}
-	for i, d := range defs {
-		name := src[d[2]:d[3]]
-		end := len(src)
-		if i+1 < len(defs) {
-			end = defs[i+1][0]
-		}
-		if e := macroEnd.FindStringIndex(src[d[1]:end]); e != nil {
-			end = d[1] + e[0]
-		}
-		bodies[name] += src[d[1]:end]
-	}
-	// A name set to an expression mentioning a macro may stand for it.
-	alias := map[string][]string{}
-	for _, m := range setAlias.FindAllStringSubmatch(src, -1) {
-		for _, id := range identifier.FindAllString(m[2], -1) {
-			if _, ok := bodies[id]; ok {
-				alias[m[1]] = append(alias[m[1]], id)
-			}
-		}
-	}
-	calls := map[string][]string{}
-	for name, body := range bodies {
-		for _, id := range identifier.FindAllString(body, -1) {
-			if _, ok := bodies[id]; ok {
-				calls[name] = append(calls[name], id)
-			}
-			calls[name] = append(calls[name], alias[id]...)
-		}
-	}
-	names := make([]string, 0, len(bodies))
-	for n := range bodies {
-		names = append(names, n)
-	}
-	sort.Strings(names) // the same template always names the same cycle
-	const (
-		unseen = iota
-		onPath
-		done
-	)
-	state := map[string]int{}
-	var path []string
-	var visit func(string) []string
-	visit = func(n string) []string {
-		switch state[n] {
-		case onPath:
-			for i, p := range path {
-				if p == n {
-					return append(append([]string(nil), path[i:]...), n)
-				}
-			}
-		case done:
-			return nil
-		}
-		state[n] = onPath
-		path = append(path, n)
-		for _, c := range calls[n] {
-			if cycle := visit(c); cycle != nil {
-				return cycle
-			}
-		}
-		path = path[:len(path)-1]
-		state[n] = done
-		return nil
-	}
-	for _, n := range names {
-		if cycle := visit(n); cycle != nil {
-			return fmt.Errorf("chat template: macro %s can call itself (%s); templates whose macros recurse are refused at load (the template engine has no depth limit of its own)",
-				cycle[0], strings.Join(cycle, " -> "))
-		}
-	}
-	return nil
 }
 
 // boundedRange is Jinja's range(), refusing to build more than
