@@ -12,6 +12,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/chat"
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
 )
 
 // cancelWait bounds how long a request whose stop sequence was found waits
@@ -89,43 +90,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, c *call) {
 }
 
 // encodeChat tokenizes a rendered conversation. Template text may spell
-// special tokens; message text may not. When no message contains a
-// special token's text, the whole prompt is encoded at once (exactly what
-// the model was trained on); otherwise segment by segment, so that such
-// text stays plain. BOS is added unless the template already wrote it.
+// special tokens; message text may not, and stays plain. The prompt is
+// encoded as one string otherwise (tokenizer.EncodeParts): exactly what
+// the model was trained on. BOS is added unless the template already
+// wrote it.
 func (s *Server) encodeChat(segs []chat.Segment) []int {
 	full := chat.Text(segs)
 	addBOS := s.tok.AddBOS() && (s.bosText == "" || !strings.HasPrefix(full, s.bosText))
-	risky := false
-	for _, seg := range segs {
-		if !seg.Special && s.containsSpecial(seg.Text) {
-			risky = true
-		}
+	parts := make([]tokenizer.Part, len(segs))
+	for i, seg := range segs {
+		parts[i] = tokenizer.Part{Text: seg.Text, Trusted: seg.Special}
 	}
-	if !risky {
-		return s.tok.EncodeSpecial(full, addBOS)
-	}
-	var ids []int
-	if addBOS {
-		ids = append(ids, s.tok.BOS())
-	}
-	for _, seg := range segs {
-		if seg.Special {
-			ids = append(ids, s.tok.EncodeSpecial(seg.Text, false)...)
-		} else {
-			ids = append(ids, s.tok.Encode(seg.Text, false)...)
-		}
-	}
-	return ids
-}
-
-func (s *Server) containsSpecial(text string) bool {
-	for _, sp := range s.specials {
-		if strings.Contains(text, sp) {
-			return true
-		}
-	}
-	return false
+	return s.tok.EncodeParts(parts, addBOS)
 }
 
 // outcome is how a generation ended, as the client will see it.

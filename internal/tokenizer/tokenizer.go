@@ -313,6 +313,57 @@ func (t *Tokenizer) EncodeSpecial(text string, addBOS bool) []int {
 	return out
 }
 
+// Part is a piece of text for EncodeParts. Only Trusted parts (text a chat
+// template wrote) may spell special tokens; in the others (what a user
+// sent) such strings are plain text.
+type Part struct {
+	Text    string
+	Trusted bool
+}
+
+// EncodeParts encodes the concatenation of parts as EncodeSpecial encodes
+// one string, except that special token strings count only inside Trusted
+// parts. Text runs are joined across part boundaries before encoding, so
+// the ids are EncodeSpecial's whenever no untrusted part spells a special
+// token: SentencePiece adds its space only at the start and after a real
+// special token, and merges span the boundaries. (Encoding each part on
+// its own put a space before every part and broke merges at the seams.)
+func (t *Tokenizer) EncodeParts(parts []Part, addBOS bool) []int {
+	n := 0
+	for _, p := range parts {
+		n += len(p.Text)
+	}
+	out := t.startOutput(addBOS, n)
+	var run strings.Builder
+	atStart := true
+	flush := func() {
+		if run.Len() > 0 {
+			out = t.encodeText(out, run.String(), atStart)
+			atStart = false
+			run.Reset()
+		}
+	}
+	for _, p := range parts {
+		text := p.Text
+		for len(text) > 0 {
+			at, sp := len(text), (*special)(nil)
+			if p.Trusted {
+				at, sp = t.nextSpecial(text)
+			}
+			run.WriteString(text[:at])
+			if sp == nil {
+				break
+			}
+			flush()
+			out = append(out, sp.id)
+			atStart = true
+			text = text[at+len(sp.text):]
+		}
+	}
+	flush()
+	return out
+}
+
 func (t *Tokenizer) startOutput(addBOS bool, textLen int) []int {
 	out := make([]int, 0, textLen/3+2)
 	if addBOS && t.spec.BOS >= 0 {
