@@ -167,7 +167,7 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	acceptDone := make(chan struct{})
 	go func() { defer close(acceptDone); s.acceptKV(loopCtx, kvLn) }()
 
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: server.ReadTimeoutFor(s.body), IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(controlLn) }()

@@ -125,7 +125,7 @@ func (s *Server) Run(ctx context.Context, controlLn net.Listener) error {
 	gaugesDone := make(chan struct{})
 	go func() { defer close(gaugesDone); server.UpdateGauges(gaugeCtx, s.Pool, s.Metrics) }()
 
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: server.ReadTimeoutFor(s.body), IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(controlLn) }()

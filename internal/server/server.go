@@ -247,7 +247,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	}()
 
 	gaugesDone := make(chan struct{})
-	gaugesCtx, stopGauges := context.WithCancel(ctx)
+	// Not ctx: the drain after ctx ends is when an operator watches the
+	// pages come back, so the gauges run until Run returns.
+	gaugesCtx, stopGauges := context.WithCancel(context.Background())
 	go func() {
 		defer close(gaugesDone)
 		UpdateGauges(gaugesCtx, s.Pool, s.Metrics)
