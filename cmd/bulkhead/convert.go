@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +40,28 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		// Said now, not after a conversion that can take minutes.
 		return usagef("--out %s is a directory; name the GGUF file to write", *out)
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// A flag the chosen source ignores is a mistake to report, not to
+	// drop: --tokenizer alone would otherwise quietly convert the
+	// embedded model with the embedded tokenizer.
+	switch {
+	case *random != "" && *checkpoint != "":
+		return usagef("--random and --checkpoint are exclusive")
+	case *random != "" && set["tokenizer"]:
+		return usagef("--tokenizer applies to --checkpoint; --random models use the embedded tokenizer")
+	case *random == "" && set["seed"]:
+		return usagef("--seed applies to --random")
+	case *checkpoint == "" && set["tokenizer"]:
+		return usagef("--tokenizer needs --checkpoint")
+	case *checkpoint != "" && *tokPath == "":
+		return usagef("--checkpoint needs --tokenizer")
+	}
+	for _, in := range []string{*checkpoint, *tokPath} {
+		if sameFile(in, *out) {
+			return usagef("--out %s is the input file %s; converting would replace it", *out, in)
+		}
+	}
 	mixQ4KM, mixQ5KM := strings.EqualFold(*typ, "q4_k_m"), strings.EqualFold(*typ, "q5_k_m")
 	mixQ3KM := strings.EqualFold(*typ, "q3_k_m")
 	dt := tensor.Q4_K
@@ -52,22 +76,19 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	}
 	var m *convert.Model
 	switch {
-	case *random != "" && *checkpoint != "":
-		return usagef("--random and --checkpoint are exclusive")
 	case *random != "":
 		shape, ok := convert.Shapes[*random]
 		if !ok {
 			return usagef("unknown shape %q (known: %s)", *random, convert.ShapeNames())
 		}
-		if m, err = convert.Random(shape, *seed); err != nil {
+		// Streamed: the 1.1B shape is 4.4 GB of float32 weights, drawn
+		// one tensor at a time as the file is written.
+		if m, err = convert.RandomStream(shape, *seed); err != nil {
 			return err
 		}
 	default:
 		name, ckpt, tok := embedded.Name, embedded.Checkpoint, embedded.Tokenizer
 		if *checkpoint != "" {
-			if *tokPath == "" {
-				return usagef("--checkpoint needs --tokenizer")
-			}
 			if ckpt, err = os.ReadFile(*checkpoint); err != nil {
 				return err
 			}
@@ -78,15 +99,15 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		}
 		c, err := llama2c.Parse(name, ckpt)
 		if err != nil {
-			return err
+			return inFile(*checkpoint, err)
 		}
 		t, err := tokenizer.FromLlama2C(tok, c.Vocab)
 		if err != nil {
-			return fmt.Errorf("tokenizer: %w", err)
+			return inFile(*tokPath, err)
 		}
 		m = convert.FromLlama2C(name, c, t)
 	}
-	return writeFileAtomic(*out, func(w io.Writer) error {
+	return writeOutput(*out, func(w io.Writer) error {
 		switch {
 		case mixQ4KM:
 			return convert.WriteGGUFQ4KM(w, m)
@@ -101,15 +122,39 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	})
 }
 
-// writeFileAtomic writes through a temporary file in the same directory and
-// renames it into place, so a failed conversion never leaves a truncated
-// model where a good one is expected.
-func writeFileAtomic(path string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+// inFile names the input file an error is about; "" is the embedded
+// model, whose errors need no name.
+func inFile(path string, err error) error {
+	if path == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+// sameFile reports whether in and out name one existing file.
+func sameFile(in, out string) bool {
+	if in == "" {
+		return false
+	}
+	a, err1 := os.Stat(in)
+	b, err2 := os.Stat(out)
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
+}
+
+// writeOutput writes the GGUF file at path. An existing path that is not a
+// regular file (/dev/null, /dev/stdout, a named pipe) is written to
+// directly: renaming a temporary file over it, as writeFileAtomic does,
+// would replace the device or pipe itself, and for root replace /dev/null
+// with a multi-gigabyte file. Errors name path.
+func writeOutput(path string, write func(io.Writer) error) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().IsRegular() {
+		return writeFileAtomic(path, write)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
 	bw := bufio.NewWriterSize(f, 1<<20)
 	if err := write(bw); err != nil {
 		f.Close()
@@ -117,14 +162,79 @@ func writeFileAtomic(path string, write func(io.Writer) error) error {
 	}
 	if err := bw.Flush(); err != nil {
 		f.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", path, withoutPath(err))
 	}
-	if err := f.Chmod(0o644); err != nil {
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, withoutPath(err))
+	}
+	return nil
+}
+
+// writeFileAtomic writes through a temporary file in the same directory and
+// renames it into place, so a failed conversion never leaves a truncated
+// model where a good one is expected. Its I/O errors name path, not the
+// temporary file, which the user never asked for and which is gone by the
+// time they read the message.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, withoutPath(err))
+	}
+	defer os.Remove(f.Name())
+	ioErr := func(err error) error {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, withoutPath(err))
+	}
+	bw := &errWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	if err := write(bw); err != nil {
+		if bw.err != nil {
+			return ioErr(bw.err)
+		}
 		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
+	if err := bw.w.Flush(); err != nil {
+		return ioErr(err)
 	}
-	return os.Rename(f.Name(), path)
+	if err := f.Chmod(0o644); err != nil {
+		return ioErr(err)
+	}
+	// Synced before the rename, so a crash cannot leave the new name on
+	// a file whose data never reached the disk.
+	if err := f.Sync(); err != nil {
+		return ioErr(err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, withoutPath(err))
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// withoutPath drops the temporary file's name from an I/O error: "write
+// /models/.x.gguf.tmp123: no space left on device" becomes "no space left
+// on device".
+func withoutPath(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// errWriter remembers the first error of the writer under it, so that a
+// failure the converter reports (wrapped as "gguf write: tensor ...") can
+// still be told apart as the file's.
+type errWriter struct {
+	w   *bufio.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }

@@ -44,7 +44,20 @@ type Model struct {
 	Name      string
 	Config    model.Config
 	Tokenizer tokenizer.Spec
-	Tensors   []tensor.Tensor // all F32
+	Tensors   []tensor.Tensor // all F32; RandomStream's have no Data
+
+	// source, when set, produces the F32 bytes of a tensor whose Data is
+	// nil (RandomStream's) when the writer reaches it, so that a model
+	// larger than memory can be written.
+	source func(i int) ([]byte, error)
+}
+
+// tensorData returns the F32 bytes of tensor i.
+func (m *Model) tensorData(i int) ([]byte, error) {
+	if t := &m.Tensors[i]; t.Data == nil && m.source != nil {
+		return m.source(i)
+	}
+	return m.Tensors[i].Data, nil
 }
 
 // WriteGGUF encodes m as GGUF with weight matrices in type t. Vectors (norm
@@ -59,6 +72,11 @@ type Model struct {
 //
 // Q2_K is the exception to "type t throughout": it writes WriteGGUFQ2K's
 // mix, the only Q2_K file llama.cpp makes under MOSTLY_Q2_K.
+//
+// Every Write function converts one tensor at a time as it writes it, and
+// fails part way through on a weight Recode refuses (NaN, infinite, or
+// too large for its type), leaving w with a truncated file: write to a
+// temporary file and rename it into place.
 func WriteGGUF(w io.Writer, m *Model, t tensor.DType) error {
 	if t == tensor.Q2_K {
 		return WriteGGUFQ2K(w, m)
@@ -196,26 +214,36 @@ func writeKMix(w io.Writer, m *Model, ft uint32, base tensor.DType) error {
 }
 
 // write encodes m with each matrix in the type pick names for it (see
-// fallbackType for the exceptions) and general.file_type ft.
+// fallbackType for the exceptions) and general.file_type ft. Tensors are
+// converted one at a time as the writer reaches them, so memory holds one
+// converted tensor, not the whole converted model (6 GB more for a 1.1B
+// model in F16).
 func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType) error {
-	out := make([]tensor.Tensor, 0, len(m.Tensors))
+	descs := make([]tensor.Tensor, len(m.Tensors))
 	for i := range m.Tensors {
 		src := &m.Tensors[i]
 		if src.Type != tensor.F32 {
 			return fmt.Errorf("convert: tensor %q is %s, want F32 input", src.Name, src.Type)
 		}
-		dt := fallbackType(pick(src.Name), src.Shape)
-		conv, err := Recode(src, dt)
-		if err != nil {
-			return err
-		}
-		out = append(out, conv)
+		descs[i] = tensor.Tensor{Name: src.Name, Type: fallbackType(pick(src.Name), src.Shape), Shape: src.Shape}
 	}
-	kvs := Metadata(m, ft)
-	if err := gguf.Write(w, kvs, out); err != nil {
+	var rc recoder
+	var dataErr error
+	err := gguf.WriteFunc(w, Metadata(m, ft), descs, func(i int) ([]byte, error) {
+		src, err := m.tensorData(i)
+		if err == nil {
+			var out []byte
+			if out, err = rc.recode(&descs[i], src); err == nil {
+				return out, nil
+			}
+		}
+		dataErr = err
+		return nil, err
+	})
+	if err != nil && err != dataErr {
 		return fmt.Errorf("convert: %w", err)
 	}
-	return nil
+	return err
 }
 
 // fallbackType is the type WriteGGUF writes a tensor of the given shape in
@@ -245,24 +273,18 @@ func fallbackType(t tensor.DType, shape []int) tensor.DType {
 	}
 }
 
-// Recode returns src (F32) re-encoded as dt.
+// Recode returns src (F32) re-encoded as dt. It refuses weights that are
+// NaN or infinite, or too large for dt to hold, naming the tensor and the
+// element.
 func Recode(src *tensor.Tensor, dt tensor.DType) (tensor.Tensor, error) {
-	if dt == tensor.F32 {
-		return *src, nil
-	}
-	vals := make([]float32, src.Elements())
-	if err := tensor.Dequantize(tensor.F32, vals, src.Data); err != nil {
-		return tensor.Tensor{}, fmt.Errorf("convert: tensor %q: %w", src.Name, err)
-	}
-	size, err := dt.RowBytes(len(vals))
+	var rc recoder
+	dst := tensor.Tensor{Name: src.Name, Type: dt, Shape: src.Shape}
+	data, err := rc.recode(&dst, src.Data) // a fresh recoder: data is not shared
 	if err != nil {
-		return tensor.Tensor{}, fmt.Errorf("convert: tensor %q: %w", src.Name, err)
+		return tensor.Tensor{}, err
 	}
-	data := make([]byte, size)
-	if err := tensor.Quantize(dt, data, vals); err != nil {
-		return tensor.Tensor{}, fmt.Errorf("convert: tensor %q: %w", src.Name, err)
-	}
-	return tensor.Tensor{Name: src.Name, Type: dt, Shape: src.Shape, Data: data}, nil
+	dst.Data = data
+	return dst, nil
 }
 
 // Metadata returns the GGUF keys describing m, in the order llama.cpp's own

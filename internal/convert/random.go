@@ -53,7 +53,29 @@ func ShapeNames() string {
 // every token a random model samples shows as text: a stream's first token
 // is then its first text, as with a trained model, and load tests measure
 // time to first token rather than time to the first token with text.
+//
+// Every weight is in memory (4.4 GB of float32 for the 1.1B shape);
+// RandomStream writes the same file holding one tensor at a time.
 func Random(s Shape, seed uint64) (*Model, error) {
+	m, err := RandomStream(s, seed)
+	if err != nil {
+		return nil, err
+	}
+	for i := range m.Tensors {
+		if m.Tensors[i].Data, err = m.source(i); err != nil {
+			return nil, err
+		}
+	}
+	m.source = nil
+	return m, nil
+}
+
+// RandomStream is Random with the weights left out of memory: the tensors'
+// Data are nil, and WriteGGUF (or any of the Write functions) draws each
+// tensor's weights when it reaches it. The file is byte for byte the one
+// Random's model writes. The weights come from one generator, so write the
+// model from one goroutine at a time.
+func RandomStream(s Shape, seed uint64) (*Model, error) {
 	base, err := tokenizer.FromLlama2C(embedded.Tokenizer, 512)
 	if err != nil {
 		return nil, err
@@ -61,6 +83,12 @@ func Random(s Shape, seed uint64) (*Model, error) {
 	spec := base.Spec()
 	if s.Vocab < len(spec.Tokens) {
 		return nil, fmt.Errorf("convert: shape %s has a vocabulary of %d, below the base tokenizer's %d", s.Name, s.Vocab, len(spec.Tokens))
+	}
+	// Checked before dividing: a zero would panic, and a remainder would
+	// give query and output matrices of Dim columns for heads that cover
+	// fewer, which no loader accepts.
+	if s.Heads <= 0 || s.Dim%s.Heads != 0 {
+		return nil, fmt.Errorf("convert: shape %s: dim %d does not divide into %d heads", s.Name, s.Dim, s.Heads)
 	}
 	for i := len(spec.Tokens); i < s.Vocab; i++ {
 		spec.Tokens = append(spec.Tokens, fmt.Sprintf("\ue000%d", i))
@@ -87,33 +115,12 @@ func Random(s Shape, seed uint64) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := rng{state: seed*0x9e3779b97f4a7c15 + 1}
 	m := &Model{Name: "random-" + s.Name, Config: cfg, Tokenizer: spec}
 	if cfg.Arch != "llama" {
 		m.Name += "-" + cfg.Arch
 	}
 	add := func(name string, shape ...int) {
-		n := shape[0]
-		if len(shape) > 1 {
-			n *= shape[1]
-		}
-		data := make([]byte, 4*n)
-		if strings.HasSuffix(name, ".bias") {
-			for i := 0; i < n; i++ {
-				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(0.1*g.float()))
-			}
-		} else if len(shape) == 1 {
-			for i := 0; i < n; i++ {
-				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(1))
-			}
-		} else {
-			// Uniform with variance 1/cols keeps activations in a sane range.
-			a := float32(math.Sqrt(3 / float64(shape[0])))
-			for i := 0; i < n; i++ {
-				binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(a*g.float()))
-			}
-		}
-		m.Tensors = append(m.Tensors, tensor.Tensor{Name: name, Type: tensor.F32, Shape: shape, Data: data})
+		m.Tensors = append(m.Tensors, tensor.Tensor{Name: name, Type: tensor.F32, Shape: shape})
 	}
 	kvd := cfg.KVDim()
 	add("token_embd.weight", s.Dim, s.Vocab)
@@ -135,13 +142,78 @@ func Random(s Shape, seed uint64) (*Model, error) {
 		add(p+"ffn_up.weight", s.Dim, s.Hidden)
 	}
 	add("output_norm.weight", s.Dim)
+	gen := &randomWeights{tensors: m.Tensors, seed: seed}
+	m.source = gen.data
 	return m, nil
+}
+
+// randomWeights draws the tensors' weights from one generator, in tensor
+// order, so that a seed names the same bytes however the weights are
+// fetched.
+type randomWeights struct {
+	tensors []tensor.Tensor
+	seed    uint64
+	g       rng
+	next    int // the tensor g's next draws belong to
+}
+
+// data returns tensor i's F32 bytes. In order it costs one pass over the
+// weights; asked for an earlier tensor, it starts the generator again.
+func (r *randomWeights) data(i int) ([]byte, error) {
+	if i == 0 || i < r.next {
+		r.g, r.next = newRNG(r.seed), 0
+	}
+	for ; r.next < i; r.next++ {
+		r.fill(&r.tensors[r.next], nil) // advance past tensors not asked for
+	}
+	t := &r.tensors[i]
+	data := make([]byte, 4*t.Elements())
+	r.fill(t, data)
+	r.next = i + 1
+	return data, nil
+}
+
+// fill writes t's weights to data, or draws and drops them when data is
+// nil: biases uniform in ±0.1, norm weights 1 (no draws), and matrices
+// uniform with variance 1/cols, which keeps activations in a sane range.
+func (r *randomWeights) fill(t *tensor.Tensor, data []byte) {
+	n := t.Elements()
+	var scale float32
+	switch {
+	case strings.HasSuffix(t.Name, ".bias"):
+		scale = 0.1
+	case len(t.Shape) == 1:
+		for i := 0; data != nil && i < n; i++ {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(1))
+		}
+		return
+	default:
+		scale = float32(math.Sqrt(3 / float64(t.Shape[0])))
+	}
+	for i := 0; i < n; i++ {
+		v := scale * r.g.float()
+		if data != nil {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+		}
+	}
 }
 
 // rng is a small xorshift generator: fast enough to fill a billion weights
 // in seconds, and stable across Go releases so a seed always names the same
 // model.
 type rng struct{ state uint64 }
+
+// newRNG seeds an rng. Xorshift never leaves state 0, and one seed maps
+// there (the one with seed·0x9e3779b97f4a7c15 = −1), which would make every
+// weight 0; it takes another state instead. Every other seed keeps the
+// state, and so the weights, it always had.
+func newRNG(seed uint64) rng {
+	s := seed*0x9e3779b97f4a7c15 + 1
+	if s == 0 {
+		s = 0x9e3779b97f4a7c15
+	}
+	return rng{state: s}
+}
 
 // float returns a value uniform in [-1, 1).
 func (r *rng) float() float32 {

@@ -102,9 +102,17 @@ func quantizeQ5_0Block(dst []byte, x []float32) {
 // rounding, as llama.cpp does.
 func quantizeMinBlock(dst []byte, x []float32, qmax int) {
 	x = x[:32]
+	// Compared as GGML's reference does, keeping the first of equals:
+	// Go's min orders −0 below +0, which would store m as −0 (0x8000)
+	// where llama.cpp stores +0 when a +0 comes first.
 	mn, mx := float32(math.MaxFloat32), float32(-math.MaxFloat32)
 	for _, v := range x {
-		mn, mx = min(mn, v), max(mx, v)
+		if v < mn {
+			mn = v
+		}
+		if v > mx {
+			mx = v
+		}
 	}
 	d := (mx - mn) / float32(qmax)
 	var id float32

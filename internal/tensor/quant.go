@@ -98,8 +98,13 @@ func quantizeQ8_0Block(dst []byte, x []float32) {
 func quantizeQ4_0Block(dst []byte, x []float32) {
 	id := signedMaxScale(dst, x, 8)
 	for j := 0; j < 16; j++ {
-		q0 := min(15, int8(x[j]*id+8.5))
-		q1 := min(15, int8(x[16+j]*id+8.5))
+		// The conversions round each product before the add: without
+		// them Go may fuse x·id+8.5 into one FMA (arm64, GOAMD64=v3),
+		// whose single rounding truncates some values to the level
+		// below GGML's reference (−22.5 in a block whose extreme is
+		// −24: level 0 instead of 1), so files would differ by machine.
+		q0 := min(15, int8(float32(x[j]*id)+8.5))
+		q1 := min(15, int8(float32(x[16+j]*id)+8.5))
 		dst[2+j] = byte(q0) | byte(q1)<<4
 	}
 }
