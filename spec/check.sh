@@ -4,7 +4,8 @@
 #   bash spec/check.sh            the CI set: safety, liveness, negative controls
 #   FULL=1 bash spec/check.sh     adds slow checks (minutes, GBs): liveness of two
 #                                 concurrent requests, liveness under weak fairness,
-#                                 and one request under a fault budget of four
+#                                 one request under a fault budget of four, and the
+#                                 window-of-2 checks at larger budgets
 #   JOBS=n                        checks run n at a time (default 2)
 #   ONLY=regex                    only the checks whose name matches (e.g. ONLY=control)
 #
@@ -80,7 +81,7 @@ run_check() {
       verdict=FAIL; why="$(grep -m1 -E '^pan:1: ' "$out" | cut -c1-110)"
     fi
   fi
-  printf '%-4s  %-26s %-8s states=%-9s errors=%-3s %6ss  %s\n' \
+  printf '%-4s  %-27s %-8s states=%-9s errors=%-3s %6ss  %s\n' \
     "$verdict" "$name" "$kind" "${states:-?}" "${errors:-?}" "$secs" "$why"
   echo "$verdict" >"$dir/verdict"
   if [ "$verdict" != ok ]; then
@@ -115,6 +116,13 @@ check safety-conc-f0      safety   "-DNREQ=2 -DFAULTS=0 -DRETRIES=0" ""
 # one: a single request under the largest fault budget (losses, duplicates, reorders,
 #      corruption, crashes, early lease expiry) and two retransmissions.
 check safety-one-f3       safety   "-DNREQ=1 -DFAULTS=3 -DRETRIES=2" ""
+# w2: a credit window of 2. With prompts of up to 2 tokens the whole prompt is in
+#      flight, so frames are reordered within the window and accepted out of order
+#      (unreachable at W=1); long3 allows 3-token prompts, so the window of 2 also
+#      fills and holds the sender back. Property (f): decode's window check never
+#      refuses an honest sender.
+check safety-one-f3-w2    safety   "-DNREQ=1 -DFAULTS=3 -DRETRIES=2 -DW=2" ""
+check safety-long3-f2-w2  safety   "-DLONG3 -DNREQ=1 -DFAULTS=2 -DRETRIES=1 -DW=2" ""
 
 # --- the real model: liveness (ltl `live`: every admitted request ends, every page
 # is freed), searched for acceptance cycles WITHOUT the weak-fairness restriction:
@@ -124,6 +132,7 @@ check safety-one-f3       safety   "-DNREQ=1 -DFAULTS=3 -DRETRIES=2" ""
 LIVENESS="${LIVENESS:--a}"
 check liveness-one-f2     liveness "-DNREQ=1 -DFAULTS=2 -DRETRIES=1" "$LIVENESS -N live"
 check liveness-seq-f0     liveness "-DNREQ=2 -DSEQREQ -DFAULTS=0 -DRETRIES=0" "$LIVENESS -N live"
+check liveness-long3-f1-w2 liveness "-DLONG3 -DNREQ=1 -DFAULTS=1 -DRETRIES=1 -DW=2" "$LIVENESS -N live"
 
 # --- negative controls: each must be rejected, on the property it breaks ---
 # (c): decode starts on 1 token for a prompt the client sent with 3.
@@ -138,6 +147,9 @@ check control-nocount     control  "-DNREQ=1 -DFAULTS=1 -DNOCOUNT" "" \
 # (d): a failed transfer answered with 200.
 check control-abort-200   control  "-DNREQ=1 -DFAULTS=1 -DABORT_200" "" \
   'assertion violated ddone\[id\]'
+# (f): prefill sends past the credit window; a reordered frame arrives past it.
+check control-window-overrun control "-DNREQ=1 -DFAULTS=1 -DSENDER_OVERRUN" "" \
+  'assertion violated \(dcrashed\|\|\(y<\(k\+1\)\)\)'
 
 # --- reachability witnesses: the scenarios the properties are about do happen ---
 check reach-late-frame    witness  "-DNREQ=2 -DFAULTS=0 -DRETRIES=0 -DREACH_LATE_FRAME" "" \
@@ -146,11 +158,20 @@ check reach-drain         witness  "-DNREQ=1 -DFAULTS=0 -DRETRIES=0 -DREACH_DRAI
   'assertion violated'
 check reach-orphan        witness  "-DNREQ=1 -DFAULTS=1 -DRETRIES=0 -DREACH_ORPHAN" "" \
   'assertion violated'
+check reach-out-of-order  witness  "-DNREQ=1 -DFAULTS=1 -DRETRIES=0 -DW=2 -DREACH_OUT_OF_ORDER" "" \
+  'assertion violated \(y==k\)'
+check reach-window-full   witness  "-DLONG3 -DNREQ=1 -DFAULTS=0 -DRETRIES=0 -DW=2 -DREACH_WINDOW_FULL" "" \
+  'assertion violated'
 
 if [ "${FULL:-0}" = 1 ]; then
   check full-liveness-one-f2-fair liveness "-DNREQ=1 -DFAULTS=2 -DRETRIES=1" "-a -f -N live"
   check full-liveness-conc-f0 liveness "-DNREQ=2 -DFAULTS=0 -DRETRIES=0" "$LIVENESS -N live"
   check full-safety-one-f4    safety   "-DNREQ=1 -DFAULTS=4 -DRETRIES=2" ""
+  check full-safety-seq-f1-w2   safety   "-DNREQ=2 -DSEQREQ -DFAULTS=1 -DRETRIES=1 -DW=2" ""
+  check full-safety-conc-f0-w2  safety   "-DNREQ=2 -DFAULTS=0 -DRETRIES=0 -DW=2" ""
+  check full-safety-long3-f3-w2 safety   "-DLONG3 -DNREQ=1 -DFAULTS=3 -DRETRIES=2 -DW=2" ""
+  check full-liveness-one-f2-w2 liveness "-DNREQ=1 -DFAULTS=2 -DRETRIES=1 -DW=2" "$LIVENESS -N live"
+  check full-liveness-long3-f2-w2 liveness "-DLONG3 -DNREQ=1 -DFAULTS=2 -DRETRIES=1 -DW=2" "$LIVENESS -N live"
 fi
 
 wait

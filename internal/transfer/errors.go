@@ -53,3 +53,12 @@ func clip(s string) string {
 	}
 	return s
 }
+
+// cancelReason is the failure a Cancel stands for: its reason, or a plain
+// "transfer cancelled".
+func cancelReason(reason *errkind.Error) *errkind.Error {
+	if reason == nil {
+		return errf(errkind.Unavailable, CodeCancelled, "transfer cancelled")
+	}
+	return reason
+}

@@ -57,8 +57,10 @@ type Receiver struct {
 	seqs    map[uint32]frameKey
 	credit  uint32 // every seq below it has been received
 	// credited is the credit last sent; every is how far credit must get
-	// past it before the next CREDIT goes out (creditStep).
-	credited, every uint32
+	// past it before the next CREDIT goes out (creditStep). window is the
+	// agreed window (agreedWindow): no new frame may be that far past the
+	// credit.
+	credited, every, window uint32
 
 	writes    map[uint32]bool // WriteKV issued, WriteDone not yet seen
 	digesting bool
@@ -138,11 +140,7 @@ func (r *Receiver) step(ev Event) []Action {
 		}
 	case Cancel:
 		if !r.Terminal() {
-			reason := e.Reason
-			if reason == nil {
-				reason = errf(errkind.Unavailable, CodeCancelled, "transfer cancelled")
-			}
-			out = r.fail(out, reason, r.state >= rOpen)
+			out = r.fail(out, cancelReason(e.Reason), r.state >= rOpen)
 		}
 		out = append(out, CancelDone{ID: r.res.ID, WasReady: r.state == rReady})
 	case WriteDone:
@@ -183,7 +181,11 @@ func (r *Receiver) frame(out []Action, peer uint64, f *Frame) []Action {
 	}
 	if r.state >= rOpen && peer != r.peer {
 		// Only the connection that opened the stream may feed it; refuse
-		// the intruder without disturbing the transfer.
+		// the intruder without disturbing the transfer. An ABORT is never
+		// answered, as everywhere (table.go).
+		if f.Type == TypeAbort {
+			return out
+		}
 		return append(out, SendFrame{Peer: peer, Frame: abortFrame(f.ID, errf(errkind.BadInput, CodeUnknownID, "transfer is bound to another connection"))})
 	}
 	switch f.Type {
@@ -253,6 +255,7 @@ func (r *Receiver) open(out []Action, peer uint64, f *Frame) []Action {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "sender layout %d layers x %d kvdim, decode has %d x %d",
 			f.Layers, f.KVDim, r.res.Layers, r.res.KVDim), true)
 	}
+	r.window = agreedWindow(r.res.Window, int(f.Window))
 	r.every = creditStep(r.res.Window, int(f.Window))
 	r.cover = make([]uint32, r.res.Tokens*r.res.Layers)
 	r.rb = newReadBack(r.res.Tokens, r.res.Layers, r.res.KVDim)
@@ -270,7 +273,10 @@ func (r *Receiver) checkCount(n int) *errkind.Error {
 
 func (r *Receiver) data(out []Action, f *Frame) []Action {
 	tf, tt, lf, lt := int(f.TokFrom), int(f.TokTo), int(f.LayerFrom), int(f.LayerTo)
-	if tt > r.res.Tokens || lt > r.res.Layers {
+	// Empty or reversed ranges: Decode refuses them, but this machine
+	// keeps its own invariants (both reversed would count a cell that
+	// covers nothing).
+	if tf >= tt || lf >= lt || tt > r.res.Tokens || lt > r.res.Layers {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "frame %d covers tokens [%d, %d) x layers [%d, %d), reservation is %d x %d",
 			f.Seq, tf, tt, lf, lt, r.res.Tokens, r.res.Layers), true)
 	}
@@ -280,6 +286,14 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 	}
 	if int(f.Seq) >= len(r.cover) || (r.commit != nil && f.Seq >= r.commit.Frames) {
 		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "frame seq %d out of range", f.Seq), true)
+	}
+	// Flow control is enforced, not only offered: a sender sends below
+	// its credit plus the window, and its credit is one this receiver
+	// sent, so a new frame that far past the credit comes from a sender
+	// that ignores the window (retransmissions are below it, and
+	// duplicates never get here).
+	if uint64(f.Seq) >= uint64(r.credit)+uint64(r.window) {
+		return r.fail(out, errf(errkind.BadInput, CodeProtocol, "frame seq %d outside the window (credit %d, window %d)", f.Seq, r.credit, r.window), true)
 	}
 	if _, ok := r.seqs[f.Seq]; ok { // and not a duplicate (frame)
 		return r.fail(out, errf(errkind.Integrity, CodeCoverage, "two different frames with seq %d", f.Seq), true)
@@ -330,11 +344,18 @@ func (r *Receiver) data(out []Action, f *Frame) []Action {
 // hears of progress once per tick: the edge must tick well inside the
 // sender's retry interval (decodesrv: every 50 ms, against 500 ms).
 func creditStep(reserved, sender int) uint32 {
+	return max(1, agreedWindow(reserved, sender)/2)
+}
+
+// agreedWindow is the window both sides use: the smaller of the
+// reservation's (offered in HELLO) and the sender's (in OPEN; 0: none
+// given). The Sender adopts the same minimum when HELLO arrives.
+func agreedWindow(reserved, sender int) uint32 {
 	w := reserved
 	if sender > 0 && sender < w {
 		w = sender
 	}
-	return uint32(max(1, w/2))
+	return uint32(w)
 }
 
 // duplicate reports whether f is byte for byte the DATA frame already

@@ -195,11 +195,7 @@ func (s *Sender) Step(ev Event) []Action {
 			return nil
 		}
 		if !s.Terminal() {
-			reason := e.Reason
-			if reason == nil {
-				reason = errf(errkind.Unavailable, CodeCancelled, "transfer cancelled")
-			}
-			out = s.fail(out, reason, s.state >= sOpening)
+			out = s.fail(out, cancelReason(e.Reason), s.state >= sOpening)
 		}
 		out = append(out, CancelDone{ID: s.cfg.ID, WasReady: s.state == sDone})
 	}

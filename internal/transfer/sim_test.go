@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 )
 
@@ -44,12 +45,15 @@ const (
 	scSlowWrites                       // writes land late, with aborts: drain
 	scOverlap                          // a forged DATA frame re-covers cells under a new seq
 	scSlowLink                         // no faults, but each DATA frame takes 10-25 ms on the wire
+	scIntruder                         // another connection injects frames for a bound transfer
+	scWrongTenant                      // a sender opens another tenant's reservation
 	numScenarios
 )
 
 var scenarioNames = [...]string{"clean", "lossy", "corrupt", "truncate", "kill-first", "kill-middle", "kill-before-commit",
 	"limits", "count-bug", "pool-full", "wrong-id", "bad-payload", "decode-abort", "ack-lost", "stale",
-	"client-gone", "crash-prefill", "crash-decode", "replay", "abort-storm", "slow-writes", "overlap", "slow-link"}
+	"client-gone", "crash-prefill", "crash-decode", "replay", "abort-storm", "slow-writes", "overlap", "slow-link",
+	"intruder", "wrong-tenant"}
 
 func (s scenario) String() string { return scenarioNames[s] }
 
@@ -92,7 +96,7 @@ func newWorld(seed uint64) *world {
 		x := &simXfer{idx: i, tenant: fmt.Sprintf("tenant%d", i%2), n: 1 + rng.IntN(12), maxNew: rng.IntN(5),
 			fifo: sc != scLossy && sc != scAbortStorm}
 		x.id, x.sendN = randID(rng), x.n
-		x.sendID = x.id
+		x.sendID, x.sendTenant = x.id, x.tenant
 		switch sc {
 		case scLimits:
 			x.pLimit = x.n + 1 - rng.IntN(3) // prompt at limit-1, limit or limit+1
@@ -105,6 +109,10 @@ func newWorld(seed uint64) *world {
 		case scWrongID:
 			if i == 0 {
 				x.sendID = randID(rng)
+			}
+		case scWrongTenant:
+			if i == 0 {
+				x.sendTenant = "other-tenant"
 			}
 		}
 		pPages += (max(x.n, x.sendN) + 3) / 4
@@ -179,7 +187,7 @@ func (w *world) setup(x *simXfer) {
 		x.pd.spec.KillAt, spec.KillAt = 0, 1 // the HELLO dies instead
 	}
 	x.dp = newInjector(spec)
-	s, err := NewSender(SenderConfig{ID: x.sendID, Tenant: x.tenant, Tokens: x.sendN, MaxTokens: x.pLimit,
+	s, err := NewSender(SenderConfig{ID: x.sendID, Tenant: x.sendTenant, Tokens: x.sendN, MaxTokens: x.pLimit,
 		Layers: w.layers, KVDim: w.kvdim, FirstToken: int32(x.idx), Source: x.lease,
 		MaxFrameBytes: w.maxFrame, Window: w.sendWindow, Lease: w.lease, Retry: w.retry})
 	if err != nil {
@@ -199,7 +207,10 @@ func (w *world) setup(x *simXfer) {
 	w.at(start, func() { w.reserve(x) })
 	switch w.sc {
 	case scClientGone, scAbortStorm:
-		w.at(start+time.Duration(w.rng.IntN(120))*time.Millisecond, func() { w.clientGone(x) })
+		// From 10 ms before the reservation (the request still queued at
+		// the router) to well into the transfer.
+		gone := start + time.Duration(w.rng.IntN(130)-10)*time.Millisecond
+		w.at(max(0, gone), func() { w.clientGone(x) })
 	case scDecodeAbort, scSlowWrites:
 		if w.sc == scDecodeAbort || w.rng.IntN(2) == 0 {
 			w.at(start+time.Duration(w.rng.IntN(80))*time.Millisecond, func() {
@@ -213,6 +224,14 @@ func (w *world) setup(x *simXfer) {
 // prefill server.
 func (w *world) reserve(x *simXfer) {
 	if x.clientGone {
+		if x.cancelAcked {
+			// The router's cancel overtook this RESERVE and was
+			// acknowledged: decode must refuse it, or its pages stay
+			// reserved for nobody until the lease runs out.
+			if err := w.table.Check(x.id); err == nil {
+				w.violate("x%d: RESERVE accepted after decode acknowledged its CANCEL", x.idx)
+			}
+		}
 		w.neverPrefilled(x)
 		return
 	}
@@ -229,7 +248,7 @@ func (w *world) reserve(x *simXfer) {
 		}
 		return
 	}
-	x.dSeq, x.writes = seq, make([]int, x.n*w.layers)
+	x.dSeq, x.writes, x.issued = seq, make([]int, x.n*w.layers), make([]int, x.n*w.layers)
 	res := Reservation{ID: x.id, Tenant: x.tenant, Tokens: x.n, MaxNew: x.maxNew, Layers: w.layers, KVDim: w.kvdim,
 		Deadline: w.now + w.lease, Window: w.window, MaxFrameBytes: w.maxFrame}
 	if err := w.table.Reserve(res); err != nil {
@@ -294,6 +313,16 @@ func (w *world) clientGone(x *simXfer) {
 	}
 	if x.reserved {
 		w.sendCancel(x)
+	} else if w.rng.IntN(2) == 0 {
+		// The RESERVE is still on its way: the router's CANCEL overtakes
+		// it and is acknowledged first (reserve checks the RESERVE is
+		// then refused).
+		for _, a := range w.table.Step(FrameIn{Peer: routerPeer, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled}}) {
+			if sf, ok := a.(SendFrame); !ok || sf.Frame.Type != TypeCancelled {
+				w.violate("x%d: cancel of a RESERVE not yet arrived caused %T", x.idx, a)
+			}
+		}
+		x.cancelSent, x.cancelAcked = true, true
 	}
 }
 
@@ -359,6 +388,28 @@ func (w *world) replay() {
 	}
 }
 
+// planted is the one failure code a scenario plants on purpose. Any other
+// integrity or protocol code means a bug: a wire fault that got past the
+// frame CRC (the digest then catches it), or two honest machines that
+// disagree on the protocol (a window, a credit, a frame count).
+var planted = map[scenario]string{scBadPayload: CodeDigest, scCountBug: CodeCount, scOverlap: CodeCoverage, scWrongTenant: CodeTenant}
+
+// mustSucceed says whether x must end Ready on decode and Done on
+// prefill: no fault touched it, or only faults that retransmission
+// repairs (loss, duplication, reordering, delay, lost ACKs, replays,
+// an intruder on another connection).
+func (w *world) mustSucceed(x *simXfer) bool {
+	switch w.sc {
+	case scClean, scLossy, scAckLost, scReplay, scSlowLink, scIntruder:
+		return true
+	case scLimits:
+		return x.sendN <= x.pLimit
+	case scWrongID, scWrongTenant:
+		return x.idx != 0
+	}
+	return false
+}
+
 // expect adds each scenario's own promises to the generic invariants.
 func (w *world) expect() error {
 	for _, x := range w.xs {
@@ -367,23 +418,29 @@ func (w *world) expect() error {
 		case overLimit && (x.pFrames != 0 || x.dReady || x.pErr == nil || x.pErr.Code != CodeTooLong):
 			return fmt.Errorf("x%d: prompt of %d tokens over the prefill limit %d must fail with %s before any frame; sent %d frames, decode ready=%v, prefill error %v",
 				x.idx, x.sendN, x.pLimit, CodeTooLong, x.pFrames, x.dReady, x.pErr)
-		case (w.sc == scClean || (w.sc == scLimits && !overLimit)) && !(x.dReady && x.pDone):
-			return fmt.Errorf("x%d: fault-free transfer did not succeed: decode %v, prefill %v", x.idx, x.dErr, x.pErr)
-		case w.sc == scSlowLink && !(x.dReady && x.pDone):
-			return fmt.Errorf("x%d: transfer over a slow link did not succeed: decode %v, prefill %v", x.idx, x.dErr, x.pErr)
+		case w.mustSucceed(x) && !(x.dReady && x.pDone):
+			return fmt.Errorf("x%d: transfer did not succeed (nothing here may stop it): decode %v, prefill %v", x.idx, x.dErr, x.pErr)
+		case planted[w.sc] != "" && (w.sc != scWrongTenant || x.idx == 0) && (x.dReady || x.dErr == nil || x.dErr.Code != planted[w.sc]):
+			// Planted on this transfer: decode must catch it, and say so.
+			return fmt.Errorf("x%d: must fail with %s on decode: ready=%v err=%v", x.idx, planted[w.sc], x.dReady, x.dErr)
 		case (w.sc == scClean || w.sc == scSlowLink) && x.pResent > 0:
 			// Nothing was lost, so a resend means the sender sat out a
 			// retry interval: credit that never came, or came too late.
 			return fmt.Errorf("x%d: fault-free transfer resent %d DATA frames (decode window %d, prefill window %d)",
 				x.idx, x.pResent, w.window, w.sendWindow)
-		case w.sc == scCountBug && (x.dReady || x.dErr == nil || x.dErr.Code != CodeCount):
-			return fmt.Errorf("x%d: sender told %d tokens for a reservation of %d: decode ready=%v err=%v", x.idx, x.sendN, x.n, x.dReady, x.dErr)
-		case w.sc == scOverlap && x.dReady:
-			return fmt.Errorf("x%d: Ready despite a frame that covered cells a second time", x.idx)
 		case w.sc == scWrongID && x.idx == 0 && x.dReady:
 			return fmt.Errorf("x0: Ready though prefill streamed under another id")
 		case x.refused != nil && x.pFrames != 0:
 			return fmt.Errorf("x%d: decode refused the reservation but prefill sent %d frames", x.idx, x.pFrames)
+		}
+		for _, e := range []*errkind.Error{x.dErr, x.pErr} {
+			if e == nil || planted[w.sc] == e.Code {
+				continue
+			}
+			switch e.Code {
+			case CodeDigest, CodeCount, CodeCoverage, CodeTenant, CodeProtocol:
+				return fmt.Errorf("x%d: failed with %s, which this scenario does not plant: %v", x.idx, e.Code, e)
+			}
 		}
 	}
 	return nil
@@ -430,14 +487,70 @@ func TestSim(t *testing.T) {
 		for sc := range numScenarios {
 			t.Logf("%-20v ready %4d  error %4d", sc, ready[sc], failed[sc])
 		}
-		for _, sc := range []scenario{scClean, scLossy, scSlowLink} {
+		for _, sc := range []scenario{scClean, scLossy, scSlowLink, scIntruder} {
 			if ready[sc] == 0 {
 				t.Errorf("scenario %v never succeeded", sc)
 			}
 		}
-		for _, sc := range []scenario{scCorrupt, scCountBug, scBadPayload, scPoolFull, scStale, scOverlap} {
+		for _, sc := range []scenario{scCorrupt, scCountBug, scBadPayload, scPoolFull, scStale, scOverlap, scWrongTenant} {
 			if failed[sc] == 0 {
 				t.Errorf("scenario %v never failed a transfer", sc)
+			}
+		}
+	}
+}
+
+// forge is the overlap scenario's hostile frame, sent right behind DATA
+// seq 0 with a valid CRC (so that only the receiver's coverage rules can
+// refuse it): seq 0's cells again under seq 1, or seq 0 again with other
+// bytes.
+func (w *world) forge(f *Frame) *Frame {
+	b, err := f.Encode(nil, w.maxFrame)
+	if err != nil {
+		panic(err)
+	}
+	g, err := Decode(b, w.maxFrame)
+	if err != nil {
+		panic(err)
+	}
+	if w.rng.IntN(2) == 0 {
+		g.Seq = 1
+	} else {
+		g.Payload[w.rng.IntN(len(g.Payload))] ^= 1
+	}
+	g.crc, g.crcFrom = 0, crcNone // Encode computes a CRC that matches
+	return g
+}
+
+// intrude has another authenticated connection, one that learnt x's id,
+// send frames for it once prefill's connection opened it: a rival OPEN
+// for another tenant, altered DATA, a COMMIT and an ABORT. Decode may
+// answer the intruder (an ABORT) and nothing else: the transfer must go
+// on as if nothing came (mustSucceed).
+func (w *world) intrude(x *simXfer) {
+	peer := uint64(900 + x.idx)
+	hostile := []*Frame{
+		{Type: TypeOpen, ID: x.id, Tenant: "intruder", Tokens: uint32(x.n), Layers: uint16(w.layers), KVDim: uint32(w.kvdim)},
+		{Type: TypeCommit, ID: x.id, Tokens: uint32(x.n), Frames: 1},
+		{Type: TypeAbort, ID: x.id, Code: "intruder"},
+	}
+	for _, b := range x.recorded {
+		if f, err := Decode(b, w.maxFrame); err == nil && f.Type == TypeData {
+			hostile = append(hostile, w.forge(f))
+			break
+		}
+	}
+	for _, f := range hostile {
+		b, err := f.Encode(nil, w.maxFrame)
+		if err != nil {
+			panic(err)
+		}
+		if f, err = Decode(b, w.maxFrame); err != nil {
+			panic(err)
+		}
+		for _, a := range w.table.Step(FrameIn{Peer: peer, Frame: f}) {
+			if sf, ok := a.(SendFrame); !ok || sf.Peer != peer || sf.Frame.Type != TypeAbort || f.Type == TypeAbort {
+				w.violate("x%d: an intruder's %v caused %T %+v", x.idx, f.Type, a, a)
 			}
 		}
 	}

@@ -49,6 +49,7 @@ type simXfer struct {
 	n, maxNew    int
 	sendN        int // tokens the sender is told (== n unless a scenario lies)
 	sendID       ID  // id the sender uses (== id unless a scenario lies)
+	sendTenant   string
 	pLimit       int
 	truthK       [][]float32 // [layer][token*kvdim]
 	truthV       [][]float32
@@ -64,6 +65,8 @@ type simXfer struct {
 	dSeq         *kv.Seq
 	dEpoch       int
 	writes       []int // per (token, layer) cell: writes that landed
+	issued       []int // per cell: WriteKVs decode asked for
+	intruded     bool
 	pendingW     int
 	pendingD     bool
 	reserved     bool
@@ -240,6 +243,10 @@ func (w *world) deliverD(x *simXfer, b []byte, epoch int) {
 	w.logf("x%d D <- %v seq=%d", x.idx, f.Type, f.Seq)
 	x.recorded = append(x.recorded, b)
 	w.dActs(w.table.Step(FrameIn{Peer: x.peer, Frame: f}))
+	if w.sc == scIntruder && f.Type == TypeOpen && !x.intruded {
+		x.intruded = true
+		w.at(time.Duration(w.rng.IntN(40))*time.Millisecond, func() { w.intrude(x) })
+	}
 }
 
 func (w *world) deliverP(x *simXfer, b []byte) {
@@ -280,6 +287,15 @@ func (w *world) dActs(acts []Action) {
 				return
 			}
 			x.pendingW++
+			// The coverage check's promise, at the moment decode asks: no
+			// cell is ever written twice, even in a transfer that fails.
+			for t := a.TokFrom; t < a.TokTo; t++ {
+				for l := a.LayerFrom; l < a.LayerTo; l++ {
+					if x.issued[t*w.layers+l]++; x.issued[t*w.layers+l] > 1 {
+						w.violate("x%d decode asked to write token %d layer %d twice", x.idx, t, l)
+					}
+				}
+			}
 			epoch := w.dEpoch
 			delay := w.lat()
 			if w.sc == scSlowWrites {
@@ -380,9 +396,7 @@ func (w *world) pActs(x *simXfer, acts []Action) {
 			w.logf("x%d P -> %v seq=%d", x.idx, a.Frame.Type, a.Frame.Seq)
 			w.transmit(x, true, a.Frame)
 			if f := a.Frame; w.sc == scOverlap && f.Type == TypeData && f.Seq == 0 && x.pFrames <= 2 {
-				forged := *f
-				forged.Seq = 1
-				w.transmit(x, true, &forged)
+				w.transmit(x, true, w.forge(f))
 			}
 		case Done:
 			if !x.dReady {

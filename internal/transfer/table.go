@@ -134,6 +134,13 @@ func (t *Table) Step(ev Event) []Action {
 			return t.stepOne(out, e.ID, e)
 		}
 		fin := t.done[e.ID]
+		if fin == nil && !e.ID.IsZero() {
+			// A cancel that overtook its RESERVE: remember the id as
+			// failed, so that the RESERVE is refused when it comes
+			// instead of holding pages until its lease runs out, and a
+			// sender that opens it hears why (frame).
+			t.remember(&finished{id: e.ID, at: t.now, err: cancelReason(e.Reason)})
+		}
 		out = append(out, CancelDone{ID: e.ID, WasReady: fin != nil && fin.ready})
 	case WriteDone:
 		out = t.stepOne(out, e.ID, e)
@@ -194,12 +201,16 @@ func (t *Table) stepOne(out []Action, id ID, ev Event) []Action {
 	if r.state == rReady || (r.state == rFailed && r.released) {
 		delete(t.live, id)
 		t.order = slices.DeleteFunc(t.order, func(x ID) bool { return x == id })
-		fin := &finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, err: r.err}
-		t.done[id] = fin
-		t.fifo = append(t.fifo, fin)
-		t.forget()
+		t.remember(&finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, err: r.err})
 	}
 	return out
+}
+
+// remember keeps a finished id, within the bounds of TableConfig.
+func (t *Table) remember(fin *finished) {
+	t.done[fin.id] = fin
+	t.fifo = append(t.fifo, fin)
+	t.forget()
 }
 
 // forget drops finished ids past their time or over the cap.
