@@ -15,11 +15,15 @@ import (
 // far below them; the byte limits grow with the conversation, so that a
 // long one renders as before. A zero field takes its DefaultLimits value.
 type Limits struct {
-	// Steps bounds the guarded operations and loop iterations.
+	// Steps bounds the guarded operations and loop iterations; an
+	// operation that reads a long string counts a step per 4 KiB, and one
+	// that runs unguarded until it is done may take at most a 32nd of
+	// them.
 	Steps int64
-	// Bytes bounds what a render keeps: the text it writes and the memory
-	// its variables, namespaces and lists come to hold. Each byte of the
-	// conversation adds 16.
+	// Bytes bounds what a render keeps and holds: the text it writes, the
+	// memory its variables, namespaces and lists come to hold, and the
+	// values pending in the expressions and loops it is evaluating. Each
+	// byte of the conversation adds 16.
 	Bytes int64
 	// Value bounds one value, a string or a list or dict as printed, and
 	// so what any one operation may build. Each byte of the conversation
@@ -29,7 +33,7 @@ type Limits struct {
 	// filters): recursion without end would otherwise overflow the stack,
 	// which kills the process.
 	Depth int
-	// Timeout bounds the time of one render.
+	// Timeout bounds the time of one render (Render renders twice).
 	Timeout time.Duration
 }
 
@@ -77,16 +81,20 @@ type account struct {
 	budget   int64 // bytes the render may keep
 	maxValue int64 // bytes one value may print as
 	steps    int64
+	ticks    int64 // steps and small guarded operations (work)
 	bytes    int64
-	clock    int64 // steps when the clock was last read
+	clock    int64 // ticks when the clock was last read
 	depth    int
+	held     int64   // bytes pending in the expressions and loops being evaluated (held.go)
+	frames   []frame // the engine's scopes, innermost last (held.go)
 	deadline time.Time
 	err      *limitError // the first limit reached; every guard fails with it after
 }
 
 func newAccount(lim Limits, input int) *account {
 	return &account{lim: lim, budget: satAdd(lim.Bytes, satMul(16, int64(input))),
-		maxValue: satAdd(lim.Value, satMul(2, int64(input))), deadline: time.Now().Add(lim.Timeout)}
+		maxValue: satAdd(lim.Value, satMul(2, int64(input))), deadline: time.Now().Add(lim.Timeout),
+		frames: []frame{{}}}
 }
 
 // fail records the first limit reached and returns it.
@@ -98,16 +106,24 @@ func (st *account) fail(format string, args ...any) error {
 }
 
 // step counts n steps, and every few hundred reads the clock.
-func (st *account) step(n int64) error {
+func (st *account) step(n int64) error { return st.work(n, n) }
+
+// work counts steps, and ticks, the units of work between two reads of
+// the clock. A guard that stands for a small operation (the cost guard on
+// a short operand, a condition) is a tick but not a step: it is there to
+// read the clock, not to count the template's operations, which would
+// otherwise come to several times as many for the same template.
+func (st *account) work(steps, ticks int64) error {
 	if st.err != nil {
 		return st.err
 	}
-	st.steps = satAdd(st.steps, n)
+	st.steps = satAdd(st.steps, steps)
 	if st.steps > st.lim.Steps {
 		return st.fail("it took more than %d steps", st.lim.Steps)
 	}
-	if st.steps-st.clock >= 256 {
-		st.clock = st.steps
+	st.ticks = satAdd(st.ticks, ticks)
+	if st.ticks-st.clock >= 256 {
+		st.clock = st.ticks
 		if time.Now().After(st.deadline) {
 			return st.fail("it ran for more than %v", st.lim.Timeout)
 		}
@@ -115,10 +131,10 @@ func (st *account) step(n int64) error {
 	return nil
 }
 
-// charge counts n bytes kept.
+// charge counts n bytes kept; what the render holds counts too.
 func (st *account) charge(n int64) error {
 	st.bytes = satAdd(st.bytes, max(n, 0))
-	if st.bytes > st.budget {
+	if satAdd(st.bytes, st.held) > st.budget {
 		return st.fail("it would keep more than %d bytes", st.budget)
 	}
 	return nil
@@ -139,9 +155,12 @@ const nodeMem = 48
 // weigher walks one value. A list or dict met twice (shared) is walked
 // once but counted each time, as printing it would; one met inside itself
 // is a cycle, which printing would follow until the stack overflows. With
-// json set, strings count as JSON writes them.
+// json set, strings count as JSON writes them. With retain set, the value
+// is one the render holds or keeps, and a bound method in it is an error:
+// what it holds cannot be weighed.
 type weigher struct {
 	json    bool
+	retain  bool
 	memo    map[any]weight
 	onPath  map[any]bool
 	visited int64
@@ -178,7 +197,11 @@ func (w *weigher) of(v jinja.Value, depth int) (weight, error) {
 		}
 		return weight{flat: flat, mem: int64(len(s)) + nodeMem, nodes: 1}, nil
 	case v.IsCallable():
-		return weight{flat: int64(len(v.AsCallable().Name)) + 12, mem: nodeMem, nodes: 1}, nil
+		name := v.AsCallable().Name
+		if w.retain && boundMethod(name) {
+			return weight{}, fmt.Errorf("a value holding the method %s, whose memory this server cannot count", name)
+		}
+		return weight{flat: int64(len(name)) + 12, mem: nodeMem, nodes: 1}, nil
 	case v.IsList():
 		key = v.AsList()
 	case v.IsDict():
@@ -204,6 +227,10 @@ func (w *weigher) of(v jinja.Value, depth int) (weight, error) {
 	w.onPath[key] = true
 	defer delete(w.onPath, key)
 	acc := weight{flat: 2, mem: nodeMem, nodes: 1}
+	if v.IsList() { // the backing array's unused capacity
+		l := v.AsList()
+		acc.mem = satAdd(acc.mem, satMul(int64(cap(l.Items)-len(l.Items)), valueSize))
+	}
 	add := func(item jinja.Value, key string, isKey bool) error {
 		w.visited++
 		c, err := w.of(item, depth+1)
@@ -257,9 +284,11 @@ func (st *account) weigh(v jinja.Value, json bool) (weight, error) {
 }
 
 // check is the use guard: v, about to be printed, compared or combined,
-// may print as at most maxValue bytes, and must be walkable.
+// may print as at most maxValue bytes, and must be walkable. It is a step,
+// and reading a long string a step per 4 KiB more, so that the clock is
+// read as often on long strings as on many short ones.
 func (st *account) check(v jinja.Value) (weight, error) {
-	if err := st.step(1); err != nil {
+	if err := st.step(1 + extent(v)>>12); err != nil {
 		return weight{}, err
 	}
 	var w weight
@@ -298,7 +327,9 @@ func (st *account) uses(args []jinja.Value, kw map[string]jinja.Value) error {
 
 // invoke is a call of f, which the engine would have made itself: it
 // counts the call's depth, and what an append, insert or update adds to a
-// list or dict that outlives it.
+// list or dict that outlives it, and what a joiner or cycler keeps of its
+// arguments. The call runs in a frame of its own (held.go): what it holds
+// is released when it returns.
 func (st *account) invoke(name string, f jinja.Value, args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
 	if err := st.step(1); err != nil {
 		return jinja.Undefined(), err
@@ -307,17 +338,19 @@ func (st *account) invoke(name string, f jinja.Value, args []jinja.Value, kw map
 		return jinja.Undefined(), fmt.Errorf("%s is not callable", name)
 	}
 	c := f.AsCallable()
-	var kept jinja.Value
+	var kept []jinja.Value
 	switch {
 	case c.Name == "list.append" && len(args) > 0:
-		kept = args[0]
+		kept = args[:1]
 	case c.Name == "list.insert" && len(args) > 1:
-		kept = args[1]
+		kept = args[1:2]
 	case c.Name == "dict.update" && len(args) > 0 && args[0].IsDict():
-		kept = args[0]
+		kept = args[:1]
+	case c.Name == "joiner" || c.Name == "cycler":
+		kept = args // held by the function returned, for as long as it is kept
 	}
-	if !kept.IsUndefined() {
-		w, err := st.check(kept)
+	for _, k := range kept {
+		w, err := st.keep(k)
 		if err == nil {
 			err = st.charge(w.mem)
 		}
@@ -326,7 +359,9 @@ func (st *account) invoke(name string, f jinja.Value, args []jinja.Value, kw map
 		}
 	}
 	st.depth++
-	defer func() { st.depth-- }()
+	n := len(st.frames)
+	st.push(st.held, st.held)
+	defer func() { st.depth--; st.pop(n) }()
 	if st.depth > st.lim.Depth {
 		return jinja.Undefined(), st.fail("calls nested more than %d deep (a macro that calls itself without end?)", st.lim.Depth)
 	}
@@ -352,20 +387,8 @@ func (st *account) guards() map[string]func([]jinja.Value, map[string]jinja.Valu
 			if err == nil {
 				err = st.charge(w.flat)
 			}
+			st.settle()
 			return err
-		}),
-		// A loop: each iteration is a step.
-		"__bh_iter": one(func(v jinja.Value) error {
-			n := 0
-			switch {
-			case v.IsList():
-				n = v.AsList().Len()
-			case v.IsDict():
-				n = v.AsDict().Len()
-			case v.IsString():
-				n = utf8.RuneCountInString(v.AsString())
-			}
-			return st.step(int64(n) + 1)
 		}),
 		// A slice bound: the engine walks from start to stop one index
 		// at a time, however far past the end they lie.
@@ -375,19 +398,18 @@ func (st *account) guards() map[string]func([]jinja.Value, map[string]jinja.Valu
 			}
 			return st.step(1)
 		}),
-		// A set: the value kept, less the one it replaces.
-		"__bh_set": func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-			w, err := st.check(args[1])
-			if err != nil {
-				return jinja.Undefined(), err
-			}
-			var ow weigher // no credit for an old value that cannot be walked
-			old, _ := ow.of(args[0], 0)
-			if err := st.charge(w.mem - old.mem); err != nil {
-				return jinja.Undefined(), err
-			}
-			return args[1], nil
-		},
+		// Loops, stores, holds and costs: held.go.
+		"__bh_iter":   st.loop,
+		"__bh_endfor": st.endLoop,
+		"__bh_vset":   st.setVar,
+		"__bh_set":    st.setAttr,
+		"__bh_cap":    st.capture,
+		"__bh_h":      one(st.hold),
+		"__bh_m":      st.mark,
+		"__bh_r":      st.release,
+		"__bh_o":      one(st.cost),
+		"__bh_ol":     one(st.listCost),
+		"__bh_if":     one(st.condition),
 		"__bh_call": func(args []jinja.Value, kw map[string]jinja.Value) (jinja.Value, error) {
 			if err := st.uses(args[2:], kw); err != nil {
 				return jinja.Undefined(), err
@@ -411,11 +433,22 @@ func (st *account) guards() map[string]func([]jinja.Value, map[string]jinja.Valu
 			}
 			return args[0], nil
 		},
-		"__bh_mul":      st.mul,
-		"__bh_freplace": st.filterReplace,
-		"__bh_fjoin":    st.filterJoin,
-		"__bh_findent":  st.filterIndent,
-		"__bh_sreplace": st.stringReplace,
-		"__bh_sformat":  st.stringFormat,
+		"__bh_mul":         st.mul,
+		"__bh_freplace":    st.filterReplace,
+		"__bh_fjoin":       st.filterJoin,
+		"__bh_findent":     st.filterIndent,
+		"__bh_sreplace":    st.stringReplace,
+		"__bh_sformat":     st.stringFormat,
+		"__bh_sstrip":      st.stringTrim("strip"),
+		"__bh_slstrip":     st.stringTrim("lstrip"),
+		"__bh_srstrip":     st.stringTrim("rstrip"),
+		"__bh_ssplit":      st.stringSplit,
+		"__bh_ftrim":       st.filterTrim,
+		"__bh_ffrom_json":  st.filterFromJSON,
+		"__bh_ffromjson":   st.filterFromJSON,
+		"__bh_fselect":     st.filterEach("select"),
+		"__bh_freject":     st.filterEach("reject"),
+		"__bh_fselectattr": st.filterEach("selectattr"),
+		"__bh_frejectattr": st.filterEach("rejectattr"),
 	}
 }

@@ -16,8 +16,9 @@
 // It also bounds what a template may cost: the template comes from the
 // model file, and the engine has no limits of its own, so New rewrites it
 // with guards that count its steps, time, call depth and the memory it
-// keeps, and Render stops a render that goes over its Limits with an error
-// for that request instead of a crash of the server (guard.go).
+// keeps and holds, and Render stops a render that goes over its Limits
+// with an error for that request instead of a crash of the server
+// (guard.go).
 //
 // It must never log or keep message content, and it must never tokenize:
 // the tokenizer belongs to the caller.

@@ -35,6 +35,9 @@ func FuzzTemplate(f *testing.F) {
 	f.Add(`{% for i in range(65536) %}{% for j in range(65536) %}{% endfor %}{% endfor %}`, "x")
 	f.Add(`{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}`, "x")
 	f.Add(`{% set l = [] %}{% set _ = l.append(l) %}{{ l }}{{ l|tojson }}`, "x")
+	f.Add(`{% set s = 'x' * 1000 %}{{ [s ~ 1, f(s ~ 2), {s ~ 3: s}] }}{% for c in s ~ 'y' if c %}{% set a = c %}{% endfor %}`, "x")
+	f.Add(`{% macro m(x) %}{% macro i() %}{{ x }}{% endmacro %}{% call(v) i() %}{{ v }}{% endcall %}{% endmacro %}{% set j = joiner(',') %}{{ m(j() ~ 'a') }}`, "x")
+	f.Add(`{% filter escape %}"{{ messages[0].content.strip('é').split(' ') }}{% endfilter %}{{ messages|selectattr('role', 'in', 'user')|list }}{{ '[1]'|from_json }}`, "é a b é")
 	f.Add(`{{ messages[0].content|indent(-4) }}{{ messages[0].content.replace('', 'ab') }}{{ ('é' * 9)[0:99999999999] }}`, "a\nb")
 	f.Fuzz(func(t *testing.T, src, content string) {
 		if len(src) > 4096 {

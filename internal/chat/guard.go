@@ -18,7 +18,13 @@ import (
 //     the process too;
 //   - a string doubled in a loop, or a list that holds itself and is
 //     printed, grows without end;
-//   - loops nested over range() run for days.
+//   - loops nested over range() run for days;
+//   - thousands of large values pending in one list literal or call, or
+//     captured by functions that are stored, take all the memory before
+//     any of them is stored (held.go);
+//   - an operation the engine does without a guard (indexing a long
+//     string, trimming it by a set of characters) runs on between two
+//     reads of the clock (held.go, ops_scan.go).
 //
 // Recursion is bounded at render time, not refused at load: real
 // templates recurse on purpose (Gemma 4, gpt-oss and Qwen3.5 render tool
@@ -29,9 +35,12 @@ import (
 // New compiles the template twice: as written, for its errors
 // and its syntax tree (tree.go), and rewritten from that tree with a guard
 // around every operation that can loop, call, grow a value or write
-// (instrument.go). The guards (budget.go, ops.go) keep an account per
-// render against its Limits, and stop a render that goes over with an
-// error for that request. New refuses, with a message, the few constructs
+// (instrument.go, instrument_expr.go, instrument_hold.go). The guards
+// (budget.go, held.go, ops.go, ops_scan.go) keep an account per render
+// against its Limits (what it keeps and what it holds, its steps, its
+// time, its depth), and stop a render that goes over with an error for
+// that request. The render runs on the caller's goroutine: a guard that
+// fails makes the engine return, and nothing is left running. New refuses, with a message, the few constructs
 // whose cost it cannot account for, and a template so large or so deeply
 // nested that compiling or walking it is itself a risk. range() builds at
 // most maxRangeItems items.

@@ -18,8 +18,14 @@ import (
 //   - expressions are written fully parenthesised, so they parse to the
 //     same tree, with guards as extra calls around operands;
 //   - a guard returns its operand unchanged, or, for the few operations it
-//     replaces (string repetition, replace, format, join, indent), the
-//     engine's own result, computed the same way after a size check.
+//     replaces (string repetition, replace, format, join, indent, trim,
+//     strip, from_json, select and reject), the engine's own result,
+//     computed the same way after a check of its size or its time;
+//   - operands pending while others are evaluated are held and released
+//     (instrument_hold.go), a loop is followed by {{ __bh_endfor() }},
+//     a macro or call block is preceded by {{ __bh_cap() }} (these write
+//     nothing), and a filter block with a known filter is written as a set
+//     block and an output of what the filter makes of it.
 //
 // Names beginning with guardPrefix are the guards'; a template that uses
 // one is refused, so that it can neither shadow a guard nor call one.
@@ -100,7 +106,9 @@ func (e *emitter) node(n node) error {
 				if err != nil {
 					return err
 				}
-				e.tag(map[bool]string{true: "if ", false: "elif "}[i == 0], x)
+				// The condition guard reads the clock: a loop whose body
+				// only tests conditions has no other guard.
+				e.tag(map[bool]string{true: "if ", false: "elif "}[i == 0], "__bh_if(", x, ")")
 			}
 			if err := e.nodes(n.bodies[i]); err != nil {
 				return err
@@ -119,13 +127,15 @@ func (e *emitter) node(n node) error {
 		if err != nil {
 			return err
 		}
-		head := "for " + vars + " in __bh_iter(" + iter + ")"
+		// The loop guard holds the list until __bh_endfor, after the
+		// loop, releases it.
+		head := "for " + vars + " in __bh_iter(" + iter + ", " + flag(fresh(n.iter)) + ", " + flag(n.filter != nil) + ")"
 		if n.filter != nil {
 			f, err := e.expr(n.filter)
 			if err != nil {
 				return err
 			}
-			head += " if " + paren(n.filter, f)
+			head += " if __bh_if(" + f + ")"
 		}
 		if n.recursive {
 			head += " recursive"
@@ -141,6 +151,7 @@ func (e *emitter) node(n node) error {
 			}
 		}
 		e.tag("endfor")
+		e.b.WriteString("{{ __bh_endfor() }}")
 	case setNode:
 		if err := names("a set target", append(optional(n.ns), n.target)...); err != nil {
 			return err
@@ -149,12 +160,15 @@ func (e *emitter) node(n node) error {
 		if err != nil {
 			return err
 		}
-		target := n.target
-		if n.ns != "" {
-			target = n.ns + "." + n.target
+		if n.ns == "" {
+			// The guard credits the value it replaces only if it was
+			// set in the same scope (held.go).
+			e.tag("set ", n.target, " = __bh_vset(", quote(n.target), ", ", x, ")")
+			break
 		}
-		// The value it replaces goes to the store guard too, for its
-		// account.
+		// The value it replaces in the namespace goes to the store guard
+		// too, for its account.
+		target := n.ns + "." + n.target
 		e.tag("set ", target, " = __bh_set(", target, ", ", x, ")")
 	case setBlockNode:
 		if err := names("a set target", n.target); err != nil {
@@ -184,6 +198,8 @@ func (e *emitter) node(n node) error {
 			}
 			ps = append(ps, p.name+"="+d)
 		}
+		// The macro holds the scope it is defined in (held.go).
+		e.b.WriteString("{{ __bh_cap() }}")
 		e.tag("macro ", n.name, "(", strings.Join(ps, ", "), ")")
 		if err := e.fresh(n.body); err != nil {
 			return err
@@ -197,7 +213,7 @@ func (e *emitter) node(n node) error {
 		if !ok {
 			c = callExpr{fn: n.call}
 		}
-		x, err := e.call(c)
+		x, _, err := e.callHeld(c)
 		if err != nil {
 			return err
 		}
@@ -208,6 +224,8 @@ func (e *emitter) node(n node) error {
 		if len(n.args) > 0 {
 			head = "call(" + strings.Join(n.args, ", ") + ") "
 		}
+		// caller holds the scope of the call (held.go).
+		e.b.WriteString("{{ __bh_cap() }}")
 		e.tag(head, x)
 		if err := e.fresh(n.body); err != nil {
 			return err
@@ -217,20 +235,42 @@ func (e *emitter) node(n node) error {
 		if e.inFilter {
 			return fmt.Errorf("a {%% filter %%} block inside another: each would filter the other's output unchecked")
 		}
-		// The engine applies only a filter named alone; anything else it
-		// never evaluates and writes the body as is.
+		// The engine applies only a filter named alone, looked up among
+		// its own; anything else it never evaluates and writes the body
+		// as is, and an unknown name is an error after the body.
+		name, named := n.filter.(nameExpr)
 		f := "none"
-		if name, ok := n.filter.(nameExpr); ok {
+		if named {
 			f = name.name
 		}
-		e.tag("filter ", f)
+		// The engine writes what a filter makes of the body without a
+		// guard: |escape makes six bytes of one, so a loop of such blocks
+		// wrote many times what the byte limit allows. A known filter is
+		// written as a set block and an output instead, which the output
+		// guard checks; the body goes to a name of the guards' own, in
+		// the same scope, as the engine's filter block does.
+		known := named && builtinFilters[f]
+		if known {
+			e.tag("set __bh_fb")
+		} else {
+			e.tag("filter ", f)
+		}
 		e.inFilter = true
 		err := e.nodes(n.body)
 		e.inFilter = false
 		if err != nil {
 			return err
 		}
-		e.tag("endfilter")
+		if !known {
+			e.tag("endfilter")
+			break
+		}
+		e.tag("endset")
+		x, err := e.filter(filterExpr{x: rawExpr{"__bh_fb"}, name: f})
+		if err != nil {
+			return err
+		}
+		e.b.WriteString("{{ __bh_out(" + x + ") }}")
 	case breakNode:
 		e.tag("break")
 	case continueNode:

@@ -29,12 +29,23 @@ var builtinFilters = map[string]bool{
 
 // shallowFilters read no deeper than their input's top level, so their
 // input needs no size check: checking a long conversation at every
-// messages|length would cost more than the filter.
+// messages|length would cost more than the filter. Those marked true
+// still walk that level once (|length counts a string's characters, |int
+// parses it), and so go through the cost guard. batch is not among them:
+// each |batch(1) wraps every item of its input in a list of its own, so
+// a chain of them builds a million lists at each link.
 var shallowFilters = map[string]bool{
-	"length": true, "count": true, "first": true, "last": true, "default": true, "d": true, "reverse": true,
-	"items": true, "batch": true, "list": true, "int": true, "float": true, "abs": true, "round": true,
-	"safe": true, "map": true,
+	"length": true, "count": true, "reverse": true, "items": true, "list": true, "int": true, "float": true,
+	"round": true, "map": true, "first": false, "last": false, "default": false, "d": false, "abs": false,
+	"safe": false,
 }
+
+// guardedMethods are the string methods a guard does in the engine's
+// stead: str.replace and str.format make strings of any size from small
+// ones, strip, lstrip and rstrip by characters that are not ASCII take
+// time in the product of two lengths, and split makes a list of fifty
+// bytes a character.
+var guardedMethods = map[string]bool{"replace": true, "format": true, "strip": true, "lstrip": true, "rstrip": true, "split": true}
 
 // shallowTests look at their operand's type or truthiness only.
 var shallowTests = map[string]bool{
@@ -62,6 +73,10 @@ func paren(x expr, s string) string {
 	return "(" + s + ")"
 }
 
+// rawExpr is a name of the rewrite's own (a guard's variable), written as
+// it is: a template's own names never begin with guardPrefix.
+type rawExpr struct{ s string }
+
 // use wraps an operand that the operation will read in depth (print,
 // compare, concatenate) in the use guard; literals, whose size the source
 // bounds, go as they are.
@@ -76,38 +91,78 @@ func (e *emitter) use(x expr) (string, error) {
 	return "__bh_a(" + s + ")", nil
 }
 
-// args emits positional and keyword arguments, each with wrap (nil: as
-// they are), comma-separated, with a leading comma when lead is set.
-func (e *emitter) args(args []expr, kw []kwarg, wrap func(expr) (string, error), lead bool) (string, error) {
-	if wrap == nil {
-		wrap = e.expr
+// walked emits an operand that the engine walks once without a guard, in
+// the cost guard.
+func (e *emitter) walked(x expr) (string, error) {
+	s, err := e.expr(x)
+	if err != nil {
+		return "", err
 	}
-	var parts []string
+	return costly(x, s), nil
+}
+
+// listed emits the input of |list in its cost guard (held.go).
+func (e *emitter) listed(x expr) (string, error) {
+	s, err := e.expr(x)
+	return "__bh_ol(" + s + ")", err
+}
+
+// operands are the emitted arguments of one operation: their expressions
+// and texts in the order the engine evaluates them, and the keyword each
+// is passed by ("" for a positional one).
+type operands struct {
+	xs    []expr
+	ss    []string
+	names []string
+}
+
+// add emits x with emit (nil: as it is) and appends it, passed by name.
+func (e *emitter) add(o *operands, x expr, name string, emit func(expr) (string, error)) error {
+	if emit == nil {
+		emit = e.expr
+	}
+	s, err := emit(x)
+	if err != nil {
+		return err
+	}
+	o.xs, o.ss, o.names = append(o.xs, x), append(o.ss, s), append(o.names, name)
+	return nil
+}
+
+// addArgs appends positional and keyword arguments, each with emit.
+func (e *emitter) addArgs(o *operands, args []expr, kw []kwarg, emit func(expr) (string, error)) error {
 	for _, a := range args {
-		s, err := wrap(a)
-		if err != nil {
-			return "", err
+		if err := e.add(o, a, "", emit); err != nil {
+			return err
 		}
-		parts = append(parts, s)
 	}
 	for _, k := range kw {
-		s, err := wrap(k.v)
-		if err != nil {
-			return "", err
+		if err := e.add(o, k.v, k.name, emit); err != nil {
+			return err
 		}
-		parts = append(parts, k.name+"="+s)
 	}
-	s := strings.Join(parts, ", ")
-	if lead && s != "" {
-		s = ", " + s
+	return nil
+}
+
+// join writes operands from the i-th on, comma-separated.
+func (o *operands) join(i int) string {
+	var parts []string
+	for ; i < len(o.ss); i++ {
+		if o.names[i] != "" {
+			parts = append(parts, o.names[i]+"="+o.ss[i])
+		} else {
+			parts = append(parts, o.ss[i])
+		}
 	}
-	return s, nil
+	return strings.Join(parts, ", ")
 }
 
 func (e *emitter) expr(x expr) (string, error) {
 	switch x := x.(type) {
 	case litExpr:
 		return lit(x.v)
+	case rawExpr:
+		return x.s, nil
 	case nameExpr:
 		if strings.HasPrefix(x.name, guardPrefix) {
 			return "", fmt.Errorf("the name %s is reserved", x.name)
@@ -120,22 +175,25 @@ func (e *emitter) expr(x expr) (string, error) {
 		}
 		return paren(x.obj, o) + "." + x.name, nil
 	case itemExpr:
-		o, err := e.expr(x.obj)
-		if err != nil {
+		// Indexing a string decodes all of it: the object costs.
+		var o operands
+		if err := e.add(&o, x.obj, "", e.walked); err != nil {
 			return "", err
 		}
-		k, err := e.use(x.key) // a dict key is printed
-		if err != nil {
+		if err := e.add(&o, x.key, "", e.use); err != nil { // a dict key is printed
 			return "", err
 		}
-		return paren(x.obj, o) + "[" + k + "]", nil
+		held := holds(o.xs, o.ss, false)
+		return release(o.ss[0]+"["+o.ss[1]+"]", held), nil
 	case sliceExpr:
-		o, err := e.expr(x.obj)
-		if err != nil {
+		var o operands
+		if err := e.add(&o, x.obj, "", e.walked); err != nil {
 			return "", err
 		}
+		// The engine evaluates step, start and stop, in that order, and
+		// keeps only the numbers.
 		var b [3]string
-		for i, part := range []expr{x.start, x.stop, x.step} {
+		for i, part := range []expr{x.step, x.start, x.stop} {
 			if part == nil {
 				continue
 			}
@@ -144,12 +202,15 @@ func (e *emitter) expr(x expr) (string, error) {
 				return "", err
 			}
 			b[i] = "__bh_ix(" + s + ")"
+			o.xs, o.ss, o.names = append(o.xs, part), append(o.ss, b[i]), append(o.names, "")
 		}
-		s := paren(x.obj, o) + "[" + b[0] + ":" + b[1]
+		obj := o.ss[0]
+		held := holds(o.xs, o.ss, false) && o.ss[0] != obj
+		s := o.ss[0] + "[" + b[1] + ":" + b[2]
 		if x.step != nil {
-			s += ":" + b[2]
+			s += ":" + b[0]
 		}
-		return s + "]", nil
+		return release(s+"]", held), nil
 	case unaryExpr:
 		o, err := e.expr(x.x)
 		if err != nil {
@@ -187,56 +248,61 @@ func (e *emitter) expr(x expr) (string, error) {
 		if !identRE.MatchString(x.name) {
 			return "", fmt.Errorf("a test named %q", x.name)
 		}
-		wrap := e.use
+		var o operands
+		emit := e.use
 		if shallowTests[x.name] {
-			wrap = e.expr
+			emit = e.expr
 		}
-		o, err := wrap(x.x)
-		if err != nil {
+		if err := e.add(&o, x.x, "", emit); err != nil {
 			return "", err
 		}
-		s := "(" + paren(x.x, o) + " is "
+		if err := e.addArgs(&o, x.args, nil, e.use); err != nil {
+			return "", err
+		}
+		held := holds(o.xs, o.ss, false)
+		s := "(" + paren(x.x, o.ss[0]) + " is "
 		if x.neg {
 			s += "not "
 		}
 		s += x.name
 		if len(x.args) > 0 {
-			a, err := e.args(x.args, nil, e.use, false)
-			if err != nil {
-				return "", err
-			}
-			s += "(" + a + ")"
+			s += "(" + o.join(1) + ")"
 		}
-		return s + ")", nil
+		return release(s+")", held), nil
 	case listExpr:
-		a, err := e.args(x.items, nil, nil, false)
-		if err != nil {
+		var o operands
+		if err := e.addArgs(&o, x.items, nil, nil); err != nil {
 			return "", err
 		}
-		return "[" + a + "]", nil
+		held := holds(o.xs, o.ss, false)
+		return release("["+o.join(0)+"]", held), nil
 	case dictExpr:
-		var parts []string
+		var o operands
 		for i := range x.keys {
-			k, err := e.use(x.keys[i]) // printed into the key
-			if err != nil {
+			if err := e.add(&o, x.keys[i], "", e.use); err != nil { // printed into the key
 				return "", err
 			}
-			v, err := e.expr(x.vals[i])
-			if err != nil {
+			if err := e.add(&o, x.vals[i], "", nil); err != nil {
 				return "", err
 			}
-			parts = append(parts, k+": "+v)
+		}
+		held := holds(o.xs, o.ss, false)
+		var parts []string
+		for i := 0; i < len(o.ss); i += 2 {
+			parts = append(parts, o.ss[i]+": "+o.ss[i+1])
 		}
 		// " }": a "}}" would end an output tag early.
-		return "{" + strings.Join(parts, ", ") + " }", nil
+		return release("{"+strings.Join(parts, ", ")+" }", held), nil
 	}
 	return "", fmt.Errorf("an expression of type %T", x)
 }
 
 func (e *emitter) binary(x binExpr) (string, error) {
+	var emit func(expr) (string, error)
 	switch x.op {
-	case "and", "or", "-", "/", "//", "%", "**":
-		// and/or only test truthiness; the rest convert to numbers.
+	case "and", "or":
+		// They only test truthiness, and the engine evaluates the right
+		// operand only after it has done with the left.
 		l, err := e.expr(x.l)
 		if err != nil {
 			return "", err
@@ -246,113 +312,139 @@ func (e *emitter) binary(x binExpr) (string, error) {
 			return "", err
 		}
 		return "(" + paren(x.l, l) + " " + x.op + " " + paren(x.r, r) + ")", nil
+	case "-", "/", "//", "%", "**":
+		emit = e.walked // they parse a string operand as a number
 	case "*":
-		l, err := e.expr(x.l)
-		if err != nil {
-			return "", err
-		}
-		r, err := e.expr(x.r)
-		if err != nil {
-			return "", err
-		}
-		return "__bh_mul(" + l + ", " + r + ")", nil
+		emit = e.expr
 	case "~", "+", "==", "!=", "<", ">", "<=", ">=", "in", "not in":
-		l, err := e.use(x.l)
-		if err != nil {
-			return "", err
-		}
-		r, err := e.use(x.r)
-		if err != nil {
-			return "", err
-		}
-		return "(" + paren(x.l, l) + " " + x.op + " " + paren(x.r, r) + ")", nil
+		emit = e.use
+	default:
+		return "", fmt.Errorf("an operator %q", x.op)
 	}
-	return "", fmt.Errorf("an operator %q", x.op)
+	var o operands
+	if err := e.addArgs(&o, []expr{x.l, x.r}, nil, emit); err != nil {
+		return "", err
+	}
+	held := holds(o.xs, o.ss, false)
+	if x.op == "*" {
+		return release("__bh_mul("+o.ss[0]+", "+o.ss[1]+")", held), nil
+	}
+	return release("("+paren(x.l, o.ss[0])+" "+x.op+" "+paren(x.r, o.ss[1])+")", held), nil
 }
 
 func (e *emitter) call(x callExpr) (string, error) {
-	if a, ok := x.fn.(attrExpr); ok && (a.name == "replace" || a.name == "format") {
-		// str.replace and str.format make strings of any size from
-		// small ones; the guard does what they do, after a size check.
-		o, err := e.expr(a.obj)
-		if err != nil {
-			return "", err
+	s, held, err := e.callHeld(x)
+	return release(s, held), err
+}
+
+// callHeld writes a call through its guard, and reports whether it holds
+// operands that release must free once the call has returned. A
+// {% call %} block's callee must stay a call, and is released by the
+// next statement's guard instead.
+func (e *emitter) callHeld(x callExpr) (string, bool, error) {
+	if a, ok := x.fn.(attrExpr); ok && guardedMethods[a.name] {
+		// The guard does what the method does, after a check of the
+		// size it makes or the time it takes. On a dict it calls what
+		// the dict holds, which may be a macro.
+		var o operands
+		if err := e.add(&o, a.obj, "", nil); err != nil {
+			return "", false, err
 		}
-		rest, err := e.args(x.args, x.kw, nil, true)
-		if err != nil {
-			return "", err
+		if err := e.addArgs(&o, x.args, x.kw, nil); err != nil {
+			return "", false, err
 		}
-		return "__bh_s" + a.name + "(" + o + rest + ")", nil
+		held := holds(o.xs, o.ss, true)
+		return "__bh_s" + a.name + "(" + o.join(0) + ")", held, nil
 	}
 	fn, err := e.expr(x.fn)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	rest, err := e.args(x.args, x.kw, nil, true)
-	if err != nil {
-		return "", err
+	var o operands
+	if err := e.addArgs(&o, x.args, x.kw, nil); err != nil {
+		return "", false, err
 	}
-	return "__bh_call(" + quote(callableName(x.fn)) + ", " + fn + rest + ")", nil
+	held := holds(o.xs, o.ss, true)
+	if a, ok := x.fn.(attrExpr); ok && fresh(a.obj) && !allQuiet(o.xs) {
+		// A method bound to a fresh value holds it while the arguments
+		// are evaluated.
+		obj, err := e.expr(a.obj)
+		if err != nil {
+			return "", false, err
+		}
+		fn, held = "(__bh_h("+obj+"))."+a.name, true
+	}
+	rest := o.join(0)
+	if rest != "" {
+		rest = ", " + rest
+	}
+	return "__bh_call(" + quote(callableName(x.fn)) + ", " + fn + rest + ")", held, nil
 }
 
 func (e *emitter) filter(x filterExpr) (string, error) {
+	var o operands
 	if !builtinFilters[x.name] {
 		if !identRE.MatchString(x.name) || strings.HasPrefix(x.name, guardPrefix) {
 			return "", fmt.Errorf("a filter named %q", x.name)
 		}
-		in, err := e.expr(x.x)
-		if err != nil {
+		if err := e.add(&o, x.x, "", nil); err != nil {
 			return "", err
 		}
-		rest, err := e.args(x.args, x.kw, nil, true)
-		if err != nil {
+		if err := e.addArgs(&o, x.args, x.kw, nil); err != nil {
 			return "", err
 		}
-		return "__bh_call(" + quote(x.name) + ", " + x.name + ", " + in + rest + ")", nil
+		held := holds(o.xs, o.ss, true)
+		return release("__bh_call("+quote(x.name)+", "+x.name+", "+o.join(0)+")", held), nil
 	}
 	switch x.name {
-	case "indent", "replace", "join":
-		in, err := e.expr(x.x)
-		if err != nil {
+	case "indent", "replace", "join", "trim", "from_json", "fromjson", "select", "reject", "selectattr", "rejectattr":
+		// The guard does what the filter does, after a check of the size
+		// it makes or the time it takes (ops.go, ops_scan.go).
+		if err := e.add(&o, x.x, "", nil); err != nil {
 			return "", err
 		}
-		rest, err := e.args(x.args, x.kw, nil, true)
-		if err != nil {
+		if err := e.addArgs(&o, x.args, x.kw, nil); err != nil {
 			return "", err
 		}
-		return "__bh_f" + x.name + "(" + in + rest + ")", nil
+		held := holds(o.xs, o.ss, false)
+		return release("__bh_f"+x.name+"("+o.join(0)+")", held), nil
 	case "tojson":
 		indent, seps, err := jsonArgs(x.kw)
 		if err != nil {
 			return "", err
 		}
-		in, err := e.expr(x.x)
-		if err != nil {
+		if err := e.add(&o, x.x, "", nil); err != nil {
 			return "", err
 		}
-		a, err := e.args(x.args, x.kw, nil, false)
-		if err != nil {
+		if err := e.addArgs(&o, x.args, x.kw, nil); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("(__bh_json(%s, %d, %d)|tojson(%s))", in, indent, seps, a), nil
+		held := holds(o.xs, o.ss, false)
+		return release(fmt.Sprintf("(__bh_json(%s, %d, %d)|tojson(%s))", o.ss[0], indent, seps, o.join(1)), held), nil
 	}
-	wrap := e.use
-	if shallowFilters[x.name] {
-		wrap = e.expr
+	emit := e.use
+	if walks, ok := shallowFilters[x.name]; ok {
+		emit = e.expr
+		if walks {
+			emit = e.walked
+		}
 	}
-	in, err := wrap(x.x)
-	if err != nil {
+	in := emit
+	if x.name == "list" {
+		in = e.listed // of a string it makes a list of fifty bytes a character
+	}
+	if err := e.add(&o, x.x, "", in); err != nil {
 		return "", err
 	}
-	s := paren(x.x, in) + "|" + x.name
-	if len(x.args) > 0 || len(x.kw) > 0 {
-		a, err := e.args(x.args, x.kw, wrap, false)
-		if err != nil {
-			return "", err
-		}
-		s += "(" + a + ")"
+	if err := e.addArgs(&o, x.args, x.kw, emit); err != nil {
+		return "", err
 	}
-	return "(" + s + ")", nil
+	held := holds(o.xs, o.ss, false)
+	s := paren(x.x, o.ss[0]) + "|" + x.name
+	if len(x.args) > 0 || len(x.kw) > 0 {
+		s += "(" + o.join(1) + ")"
+	}
+	return release("("+s+")", held), nil
 }
 
 // jsonArgs reads tojson's indent and separators, which must be constants

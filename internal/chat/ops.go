@@ -94,9 +94,10 @@ func replaceCount(s, old string, count int) int {
 	return n
 }
 
-// mul is the * operator.
+// mul is the * operator. A string operand that is not repeated is
+// parsed as a number, which reads all of it.
 func (st *account) mul(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-	if err := st.step(1); err != nil {
+	if err := st.step(1 + (extent(args[0])+extent(args[1]))>>12); err != nil {
 		return jinja.Undefined(), err
 	}
 	a, b := args[0], args[1]
@@ -186,6 +187,11 @@ func (st *account) stringFormat(args []jinja.Value, kw map[string]jinja.Value) (
 	}
 	result := obj.AsString()
 	for i, arg := range args {
+		// Each argument is a pass over the result: thousands of short
+		// arguments to a long string are as costly as one long one.
+		if err := st.step(1 + int64(len(result))>>12); err != nil {
+			return jinja.Undefined(), err
+		}
 		ph, a := fmt.Sprintf("{%d}", i), printValue(arg)
 		size := grown(len(result), strings.Count(result, ph), len(ph), len(a))
 		if strings.Contains(result, "{}") {

@@ -3,6 +3,7 @@ package chat
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -113,6 +114,40 @@ type (
 	expr any
 )
 
+// engineFields are the fields of each struct of the engine's tree, in the
+// version this reader was written for. A struct with other fields is
+// refused (shape): a field this reader does not know is one the rewrite
+// would drop, and what it means would be rendered without its guard.
+var engineFields = map[string]string{
+	"textNode": "text", "outputNode": "expression", "ifNode": "branches", "condBranch": "condition body",
+	"forNode": "keyVar valVar iter body elseBody filterExpr recursive",
+	"setNode": "target namespace value", "setBlockNode": "target body", "macroNode": "name params body",
+	"macroParam": "name defaultVal", "callNode": "callerArgs expr body", "filterBlockNode": "filter body",
+	"breakNode": "", "continueNode": "", "litExpr": "val", "Value": "kind v", "nameExpr": "name",
+	"attrExpr": "obj attr", "itemExpr": "obj key", "sliceExpr": "obj start stop step", "unaryExpr": "op operand",
+	"binExpr": "op left right", "condExpr": "trueExpr condition falseExpr", "callExpr": "fn args kwargs",
+	"kwarg": "name value", "filterExpr": "expr name args kwargs", "testExpr": "expr name negated args",
+	"listExpr": "items", "dictExpr": "pairs", "dictPair": "key value",
+}
+
+// shape checks that s, a struct of the engine's tree, has exactly the
+// fields engineFields gives its type.
+func shape(s reflect.Value) error {
+	name := s.Type().Name()
+	want, ok := engineFields[name]
+	if !ok {
+		return fmt.Errorf("the template engine has a node %s this server does not know", name)
+	}
+	var got []string
+	for i := range s.NumField() {
+		got = append(got, s.Type().Field(i).Name)
+	}
+	if strings.Join(got, " ") != want {
+		return fmt.Errorf("the template engine's %s has the fields %v, not the %q this server knows", name, got, want)
+	}
+	return nil
+}
+
 // maxNesting bounds how deep statements and expressions nest. The engine
 // evaluates by recursion, a few stack frames a level, on every render and
 // in every concurrent request; real templates nest a few dozen levels.
@@ -193,6 +228,9 @@ func (r *reader) node(v reflect.Value) (node, error) {
 		return nil, err
 	}
 	defer func() { r.depth-- }()
+	if err := shape(s); err != nil {
+		return nil, err
+	}
 	var err error
 	var n node
 	switch s.Type().Name() {
@@ -209,6 +247,9 @@ func (r *reader) node(v reflect.Value) (node, error) {
 		br := field(s, "branches")
 		for i := 0; err == nil && i < br.Len(); i++ {
 			b := br.Index(i)
+			if err = shape(b); err != nil {
+				break
+			}
 			var c expr
 			var body []node
 			if c, err = r.optExpr(field(b, "condition")); err == nil {
@@ -246,6 +287,9 @@ func (r *reader) node(v reflect.Value) (node, error) {
 		m.name, err = str(s, "name")
 		ps := field(s, "params")
 		for i := 0; err == nil && i < ps.Len(); i++ {
+			if err = shape(ps.Index(i)); err != nil {
+				break
+			}
 			var p param
 			if p.name, err = str(ps.Index(i), "name"); err == nil {
 				p.def, err = r.optExpr(field(ps.Index(i), "defaultVal"))
@@ -317,6 +361,9 @@ func (r *reader) kwargs(v reflect.Value) ([]kwarg, error) {
 	}
 	var out []kwarg
 	for i := range v.Len() {
+		if err := shape(v.Index(i)); err != nil {
+			return nil, err
+		}
 		name, err := str(v.Index(i), "name")
 		if err != nil {
 			return nil, err
@@ -339,6 +386,9 @@ func (r *reader) expr(v reflect.Value) (expr, error) {
 		return nil, err
 	}
 	defer func() { r.depth-- }()
+	if err := shape(s); err != nil {
+		return nil, err
+	}
 	var err error
 	var x expr
 	switch s.Type().Name() {
@@ -421,6 +471,9 @@ func (r *reader) expr(v reflect.Value) (expr, error) {
 		var d dictExpr
 		ps := field(s, "pairs")
 		for i := 0; err == nil && i < ps.Len(); i++ {
+			if err = shape(ps.Index(i)); err != nil {
+				break
+			}
 			var k, val expr
 			if k, err = r.expr(field(ps.Index(i), "key")); err == nil {
 				val, err = r.expr(field(ps.Index(i), "value"))
@@ -437,6 +490,12 @@ func (r *reader) expr(v reflect.Value) (expr, error) {
 // literal reads a jinja.Value out of the tree: its kind and the Go value
 // behind it (bool, int64, float64 or string; nothing for none).
 func literal(v reflect.Value) (jinja.Value, error) {
+	if v.Kind() != reflect.Struct {
+		return jinja.Value{}, fmt.Errorf("a literal of a shape this server does not know")
+	}
+	if err := shape(v); err != nil {
+		return jinja.Value{}, err
+	}
 	kind, val := field(v, "kind"), field(v, "v")
 	if kind.Kind() != reflect.Int || val.Kind() != reflect.Interface {
 		return jinja.Value{}, fmt.Errorf("a literal of a shape this server does not know")
