@@ -219,19 +219,32 @@ func (r *reader) enter() error {
 	return nil
 }
 
-func (r *reader) node(v reflect.Value) (node, error) {
+// begin resolves v to the struct a node or expression (what) points to,
+// counts one level of nesting and checks the struct's shape. On success
+// the caller must undo the nesting (defer r.depth--); on an error it is
+// already undone.
+func (r *reader) begin(v reflect.Value, what string) (reflect.Value, error) {
 	s, ok := elem(v)
 	if !ok {
-		return nil, fmt.Errorf("a nil node")
+		return s, fmt.Errorf("a nil %s", what)
 	}
 	if err := r.enter(); err != nil {
+		r.depth--
+		return s, err
+	}
+	if err := shape(s); err != nil {
+		r.depth--
+		return s, err
+	}
+	return s, nil
+}
+
+func (r *reader) node(v reflect.Value) (node, error) {
+	s, err := r.begin(v, "node")
+	if err != nil {
 		return nil, err
 	}
 	defer func() { r.depth-- }()
-	if err := shape(s); err != nil {
-		return nil, err
-	}
-	var err error
 	var n node
 	switch s.Type().Name() {
 	case "textNode":
@@ -378,18 +391,11 @@ func (r *reader) kwargs(v reflect.Value) ([]kwarg, error) {
 }
 
 func (r *reader) expr(v reflect.Value) (expr, error) {
-	s, ok := elem(v)
-	if !ok {
-		return nil, fmt.Errorf("a nil expression")
-	}
-	if err := r.enter(); err != nil {
+	s, err := r.begin(v, "expression")
+	if err != nil {
 		return nil, err
 	}
 	defer func() { r.depth-- }()
-	if err := shape(s); err != nil {
-		return nil, err
-	}
-	var err error
 	var x expr
 	switch s.Type().Name() {
 	case "litExpr":
