@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 )
 
 // stepCounter is an Observer that counts the step loop's turns and
@@ -35,26 +36,14 @@ func TestBlockedQueueDoesNotSpin(t *testing.T) {
 	m := stories(t)
 	obs := &stepCounter{limit: 1000, spun: make(chan struct{})}
 	h := startEngine(t, m, 4, 16, Config{BatchTokens: 32, MaxRunning: 8, Observer: obs})
-	held, err := h.pool.Alloc(kv.Owner{Tenant: "reserved", Request: 1 << 62}, 4*16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := m.Tokenizer.Encode("Once upon a time", true)
-	s, err := h.e.Submit(context.Background(), admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 5}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, s := submitBlocked(t, h, m)
 	select {
 	case <-obs.spun:
 		t.Fatalf("the step loop turned %d times while its only request waited for pages", obs.limit)
 	case <-time.After(100 * time.Millisecond):
 	}
 	held.Free()
-	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if toks, res, err := collect(wait, s); err != nil || res.Err != nil || len(toks) != 5 {
-		t.Fatalf("after the pages came back: %d tokens, %v %+v", len(toks), err, res)
-	}
+	startsOnceFreed(t, s)
 }
 
 // A waiting queue starts as soon as the pages come back, not at the end of
@@ -66,6 +55,17 @@ func TestFreedPagesWakeTheQueue(t *testing.T) {
 	defer func() { minStallWait, maxStallWait = oldMin, oldMax }()
 	m := stories(t)
 	h := startEngine(t, m, 4, 16, Config{BatchTokens: 32, MaxRunning: 8})
+	held, s := submitBlocked(t, h, m)
+	time.Sleep(50 * time.Millisecond) // let the loop find nothing to run and sleep
+	held.Free()
+	startsOnceFreed(t, s)
+}
+
+// submitBlocked takes every page of h's 4-page pool for another owner, as a
+// decode server's reservation would, then submits a 5-token request that
+// must wait for them.
+func submitBlocked(t *testing.T, h *harness, m *model.Model) (*kv.Seq, *Stream) {
+	t.Helper()
 	held, err := h.pool.Alloc(kv.Owner{Tenant: "reserved", Request: 1 << 62}, 4*16)
 	if err != nil {
 		t.Fatal(err)
@@ -75,8 +75,13 @@ func TestFreedPagesWakeTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the loop find nothing to run and sleep
-	held.Free()
+	return held, s
+}
+
+// startsOnceFreed requires s, blocked by submitBlocked, to run to its 5
+// tokens within 10 s of its pages coming back.
+func startsOnceFreed(t *testing.T, s *Stream) {
+	t.Helper()
 	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if toks, res, err := collect(wait, s); err != nil || res.Err != nil || len(toks) != 5 {
