@@ -102,19 +102,7 @@ func TestForPanicWaitsForOtherThreads(t *testing.T) {
 	caller := goid()
 	var started, running atomic.Int32
 	r := catch(func() {
-		p.For(8, func(_, _, _ int) {
-			if goid() != caller {
-				started.Store(1)
-				running.Add(1)
-				time.Sleep(30 * time.Millisecond)
-				running.Add(-1)
-				return
-			}
-			for end := time.Now().Add(5 * time.Second); started.Load() == 0 && time.Now().Before(end); {
-				runtime.Gosched()
-			}
-			panic("boom")
-		})
+		p.For(8, failOnCaller(caller, &started, &running, func() { panic("boom") }))
 	})
 	if r != "boom" {
 		t.Fatalf("For panicked with %v, want boom", r)
@@ -261,19 +249,7 @@ func TestForGoexit(t *testing.T) {
 	go func() {
 		defer func() { left <- running.Load() }()
 		caller := goid()
-		p.For(8, func(_, _, _ int) {
-			if goid() != caller {
-				started.Store(1)
-				running.Add(1)
-				time.Sleep(30 * time.Millisecond)
-				running.Add(-1)
-				return
-			}
-			for end := time.Now().Add(5 * time.Second); started.Load() == 0 && time.Now().Before(end); {
-				runtime.Gosched()
-			}
-			runtime.Goexit()
-		})
+		p.For(8, failOnCaller(caller, &started, &running, runtime.Goexit))
 	}()
 	if n := <-left; n != 0 {
 		t.Fatalf("the caller's goroutine ended while %d chunks still ran", n)
@@ -315,5 +291,25 @@ func TestForNilFn(t *testing.T) {
 		p.MatMul(make([]float32, 300), w, randFloats(rng, 256), 1)
 		mustRefuse(t, fmt.Sprintf("threads %d: For(64, nil)", threads), func() { p.For(64, nil) })
 		within(t, 10*time.Second, "For and MatMul after For(nil)", func() { checkPoolWorks(t, p) })
+	}
+}
+
+// failOnCaller is a For fn whose chunks on other threads set started and
+// run for 30 ms each (counted in running while they do), and whose chunk
+// on the caller's goroutine waits until another thread has started one,
+// then calls fail.
+func failOnCaller(caller uint64, started, running *atomic.Int32, fail func()) func(_, _, _ int) {
+	return func(_, _, _ int) {
+		if goid() != caller {
+			started.Store(1)
+			running.Add(1)
+			time.Sleep(30 * time.Millisecond)
+			running.Add(-1)
+			return
+		}
+		for end := time.Now().Add(5 * time.Second); started.Load() == 0 && time.Now().Before(end); {
+			runtime.Gosched()
+		}
+		fail()
 	}
 }
