@@ -82,27 +82,12 @@ func TestLimitsFollowAPeerRestart(t *testing.T) {
 // and runs the request on the decode peer that still admits it instead of
 // failing it: nothing was reserved by the refusal.
 func TestLengthRefusalRefreshesLimits(t *testing.T) {
-	f := newFake()
-	var restarted atomic.Bool
-	f.peerInfo = func(role string, i int, in *peerapi.Info) {
-		if role == RoleDecode && i == 0 && restarted.Load() {
-			in.Limits = lowerLimits
-		}
-	}
-	f.options = func(o *Options) { o.HealthEvery = time.Hour } // only a refusal can tell
+	f, restarted := restartingPeer(RoleDecode, func(in *peerapi.Info) { in.Limits = lowerLimits })
 	r, _ := f.start(t, 1, 2)
 	restarted.Store(true)
 	// Pairing alternates between the two idle decode peers, so one of these
 	// goes to the restarted one first.
-	for i := range 2 {
-		st, err := r.Submit(context.Background(), admitted(t, "acme", 7, 300))
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		if _, res := drain(t, st); res.Err != nil {
-			t.Fatalf("request %d: %v", i, res.Err)
-		}
-	}
+	runAll(t, r, []string{"acme", "acme"}, 7, 300)
 	if got := r.Limits(); got != lowerLimits {
 		t.Fatalf("limits after the refusal %+v, want the restarted peer's %+v", got, lowerLimits)
 	}
@@ -117,25 +102,10 @@ func TestLengthRefusalRefreshesLimits(t *testing.T) {
 // the prefill leg to a prefill peer that admits the prompt, under the
 // same transfer id and decode reservation.
 func TestPrefillLengthRefusalMovesToAnotherPrefill(t *testing.T) {
-	f := newFake()
-	var restarted atomic.Bool
-	f.peerInfo = func(role string, i int, in *peerapi.Info) {
-		if role == RolePrefill && i == 0 && restarted.Load() {
-			in.Limits.MaxInputTokens = 100
-		}
-	}
-	f.options = func(o *Options) { o.HealthEvery = time.Hour }
+	f, restarted := restartingPeer(RolePrefill, func(in *peerapi.Info) { in.Limits.MaxInputTokens = 100 })
 	r, _ := f.start(t, 2, 1)
 	restarted.Store(true)
-	for i, tenant := range []string{"acme", "globex"} { // one tenant would stick to one prefill
-		st, err := r.Submit(context.Background(), admitted(t, tenant, 150, 3))
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		if _, res := drain(t, st); res.Err != nil {
-			t.Fatalf("request %d: %v", i, res.Err)
-		}
-	}
+	runAll(t, r, []string{"acme", "globex"}, 150, 3) // one tenant would stick to one prefill
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.generates) != 2 || len(f.cancels[RoleDecode]) != 0 {
@@ -208,4 +178,35 @@ func TestPrefillLostAfterTheRequestIsNotRetried(t *testing.T) {
 		t.Fatalf("decode cancels %v, want the one reservation", c)
 	}
 	waitZero(t, &f.open)
+}
+
+// restartingPeer is a fake cluster whose first peer of role announces the
+// Info lower makes of its own once the returned flag is set, as a peer
+// restarted with lower limits would. Health checks are an hour apart, so
+// only a refusal can tell the router.
+func restartingPeer(role string, lower func(*peerapi.Info)) (*fakeCluster, *atomic.Bool) {
+	f := newFake()
+	restarted := new(atomic.Bool)
+	f.peerInfo = func(r string, i int, in *peerapi.Info) {
+		if r == role && i == 0 && restarted.Load() {
+			lower(in)
+		}
+	}
+	f.options = func(o *Options) { o.HealthEvery = time.Hour }
+	return f, restarted
+}
+
+// runAll runs one request per entry of tenants, prompt tokens and max new
+// tokens each, and requires each to finish without an error.
+func runAll(t *testing.T, r *Router, tenants []string, prompt, max int) {
+	t.Helper()
+	for i, tenant := range tenants {
+		st, err := r.Submit(context.Background(), admitted(t, tenant, prompt, max))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, res := drain(t, st); res.Err != nil {
+			t.Fatalf("request %d: %v", i, res.Err)
+		}
+	}
 }
