@@ -4,13 +4,10 @@ package kernels
 
 import "math"
 
-//go:noescape
-func expShiftAVX2(x *float32, n int, m float32, c *[expConsts]float32)
-
 // expConsts is the length of expTable.
 const expConsts = 16
 
-// expTable holds expf's constants in the order expShiftAVX2 reads them,
+// expTable holds expf's constants in the order expShiftSumAVX2 and siluMulAVX2 read them,
 // each converted to float32 exactly as expf's float32 expressions convert
 // them.
 var expTable = [expConsts]float32{
@@ -21,10 +18,48 @@ var expTable = [expConsts]float32{
 	13: math.Float32frombits(127), 14: float32(math.Inf(1)), 15: float32(math.Copysign(0, -1)),
 }
 
-func expShiftSIMD(x []float32, m float32) int {
+//go:noescape
+func expShiftSumAVX2(x *float32, n int, m float32, c *[expConsts]float32, sum *[4]float32)
+
+// expShiftSumSIMD sets x[i] = expf(x[i]-m) for the longest multiple of 8
+// of x, adds them into Softmax's four partial sums in their order, and
+// returns how many it did.
+func expShiftSumSIMD(x []float32, m float32, sum *[4]float32) int {
 	n := len(x) &^ 7
 	if n > 0 {
-		expShiftAVX2(&x[0], n, m, &expTable)
+		expShiftSumAVX2(&x[0], n, m, &expTable, sum)
+	}
+	return n
+}
+
+//go:noescape
+func maxAVX2(x *float32, n int) (m float32, unordered bool)
+
+// maxSIMD returns the largest of the longest multiple of 8 of x and that
+// count, or a count of 0 where a NaN is among them: VMAXPS and Go's max
+// disagree on NaN. A zero maximum may carry either sign (VMAXPS picks by
+// operand order, max prefers +0).
+func maxSIMD(x []float32) (float32, int) {
+	n := len(x) &^ 7
+	if n == 0 {
+		return 0, 0
+	}
+	m, unordered := maxAVX2(&x[0], n)
+	if unordered {
+		return 0, 0
+	}
+	return m, n
+}
+
+//go:noescape
+func scaleAVX2(x *float32, n int, s float32)
+
+// scaleSIMD multiplies the longest multiple of 8 of x by s and returns
+// how many it did.
+func scaleSIMD(x []float32, s float32) int {
+	n := len(x) &^ 7
+	if n > 0 {
+		scaleAVX2(&x[0], n, s)
 	}
 	return n
 }

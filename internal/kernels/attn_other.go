@@ -2,7 +2,13 @@
 
 package kernels
 
-func expShiftSIMD(x []float32, m float32) int { panic("kernels: no SIMD kernels on this architecture") }
+func expShiftSumSIMD(x []float32, m float32, sum *[4]float32) int {
+	panic("kernels: no SIMD kernels on this architecture")
+}
+
+func maxSIMD(x []float32) (float32, int) { panic("kernels: no SIMD kernels on this architecture") }
+
+func scaleSIMD(x []float32, s float32) int { panic("kernels: no SIMD kernels on this architecture") }
 
 func siluMulSIMD(a, b []float32) int { panic("kernels: no SIMD kernels on this architecture") }
 

@@ -158,13 +158,20 @@ func TestExpShiftMatchesExpf(t *testing.T) {
 	}
 	for _, m := range []float32{0, 3.5, -2} {
 		got := append([]float32(nil), xs...)
-		if n := expShiftSIMD(got, m); n != len(got) {
-			t.Fatalf("expShiftSIMD did %d of %d", n, len(got))
+		var sum, wantSum [4]float32
+		if n := expShiftSumSIMD(got, m, &sum); n != len(got) {
+			t.Fatalf("expShiftSumSIMD did %d of %d", n, len(got))
 		}
 		for i, x := range xs {
 			want := expf(x - m)
-			if math.Float32bits(got[i]) != math.Float32bits(want) && !(got[i] != got[i] && want != want) {
+			if !sameBits(got[i], want) {
 				t.Fatalf("exp(%v - %v): SIMD %v (%#x), expf %v (%#x)", x, m, got[i], math.Float32bits(got[i]), want, math.Float32bits(want))
+			}
+			wantSum[i%4] += want
+		}
+		for j := range sum {
+			if !sameBits(sum[j], wantSum[j]) {
+				t.Fatalf("m %v: partial sum %d is %v, the loop's is %v", m, j, sum[j], wantSum[j])
 			}
 		}
 	}
@@ -193,5 +200,54 @@ func TestSiLUMulSIMDMatchesGo(t *testing.T) {
 				t.Fatalf("n %d: silu(%v)·%v: SIMD %v, Go %v", n, a[i], b[i], got[i], want[i])
 			}
 		}
+	}
+}
+
+// sameBits reports whether a and b have the same bits, or are both NaN.
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
+}
+
+// Softmax's SIMD steps (maximum, exponentials with the partial sums,
+// scaling) must give the Go loops' bits for every length and for the
+// values where VMAXPS and max part: NaN, and maxima of either zero.
+func TestSoftmaxSIMDMatchesGo(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	negZero := float32(math.Copysign(0, -1))
+	inf := float32(math.Inf(1))
+	shapes := map[string]func(x []float32){
+		"normal":   func(x []float32) {},
+		"equal":    func(x []float32) { clear(x) },
+		"negzero":  func(x []float32) { fill(x, -1); x[len(x)/2] = negZero },
+		"zeros":    func(x []float32) { fill(x, -1); x[0], x[len(x)-1] = negZero, 0 },
+		"zerosrev": func(x []float32) { fill(x, -1); x[0], x[len(x)-1] = 0, negZero },
+		"nan":      func(x []float32) { x[len(x)/3] = float32(math.NaN()) },
+		"inf":      func(x []float32) { x[len(x)-1] = inf },
+		"neginf":   func(x []float32) { fill(x, -inf); x[len(x)/2] = 2 },
+		"allneg":   func(x []float32) { fill(x, -inf) },
+	}
+	for name, shape := range shapes {
+		for _, n := range []int{1, 3, 7, 8, 9, 15, 16, 17, 64, 100, 512, 32000, 32003} {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * 4)
+			}
+			shape(x)
+			var simd, plain []float32
+			withPath(true, func() { simd = append([]float32(nil), x...); Softmax(simd) })
+			withPath(false, func() { plain = append([]float32(nil), x...); Softmax(plain) })
+			for i := range x {
+				if !sameBits(simd[i], plain[i]) {
+					t.Fatalf("%s, len %d: [%d] is %v (%#x) with SIMD, %v (%#x) without", name, n, i, simd[i], math.Float32bits(simd[i]), plain[i], math.Float32bits(plain[i]))
+				}
+			}
+		}
+	}
+}
+
+func fill(x []float32, v float32) {
+	for i := range x {
+		x[i] = v
 	}
 }

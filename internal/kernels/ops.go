@@ -65,22 +65,32 @@ func Softmax(x []float32) {
 	if len(x) == 0 {
 		return
 	}
-	m := x[0]
-	for _, v := range x[1:] {
+	// The SIMD steps give the bits of the Go loops they stand for: the
+	// exponentials are expf's, the sum keeps the four partial sums in
+	// their order, the scaling is one rounding per element, and the
+	// maximum is max's but perhaps for the sign of a zero maximum, which
+	// changes no result: x - (+0) and x - (-0) differ only for x = ±0,
+	// and the exponential of either zero is 1.
+	m, i := x[0], 1
+	if useSIMD {
+		if v, n := maxSIMD(x); n > 0 {
+			m, i = v, n
+		}
+	}
+	for _, v := range x[i:] {
 		m = max(m, v)
 	}
-	// The exponentials first (eight at a time on the SIMD path, each the
-	// bits of expf), then four partial sums combined in a fixed order:
-	// the order depends on len(x) only.
-	i := 0
-	if useSIMD {
-		i = expShiftSIMD(x, m)
-	}
-	for ; i < len(x); i++ {
-		x[i] = expf(x[i] - m)
-	}
+	// The exponentials (eight at a time on the SIMD path, each the bits
+	// of expf), then four partial sums combined in a fixed order: the
+	// order depends on len(x) only.
 	var s [4]float32
 	i = 0
+	if useSIMD {
+		i = expShiftSumSIMD(x, m, &s)
+	}
+	for j := i; j < len(x); j++ {
+		x[j] = expf(x[j] - m)
+	}
 	for ; i+4 <= len(x); i += 4 {
 		s[0] += x[i]
 		s[1] += x[i+1]
@@ -92,9 +102,47 @@ func Softmax(x []float32) {
 		sum += x[i]
 	}
 	inv := 1 / sum
-	for i := range x {
+	i = 0
+	if useSIMD {
+		i = scaleSIMD(x, inv)
+	}
+	for ; i < len(x); i++ {
 		x[i] *= inv
 	}
+}
+
+// Argmax returns the index of the largest of x, the first if several are
+// equal (+0 and -0 count as equal), and -1 for an empty x. A NaN is never
+// the largest: it compares false with everything, as in the loop
+// "if v > x[best]" from index 0, whose answer Argmax gives for every x.
+func Argmax(x []float32) int {
+	if len(x) == 0 {
+		return -1
+	}
+	if useSIMD {
+		// With no NaN the loop's answer is the first index holding the
+		// maximum. With one, the loop's answer depends on where the NaN
+		// sits, so the loop runs.
+		if m, n := maxSIMD(x); n > 0 {
+			for _, v := range x[n:] {
+				m = max(m, v)
+			}
+			if m == m {
+				for i, v := range x {
+					if v == m {
+						return i
+					}
+				}
+			}
+		}
+	}
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
 }
 
 // SiLUMul sets a[i] = silu(a[i]) · b[i], silu(v) = v / (1+exp(-v)), for

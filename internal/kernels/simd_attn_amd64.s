@@ -66,29 +66,97 @@
 // as expf does; then the range ends and NaN are patched in the order of
 // expf's switch (x > hi gives +Inf, x < lo gives 0, NaN gives x).
 
-// func expShiftAVX2(x *float32, n int, m float32, c *[expConsts]float32)
+// func expShiftSumAVX2(x *float32, n int, m float32, c *[expConsts]float32, sum *[4]float32)
 //
-// x[i] = expf(x[i]-m) for i < n, a multiple of 8.
-TEXT ·expShiftAVX2(SB), NOSPLIT, $0-32
+// x[i] = expf(x[i]-m) for i < n, a multiple of 8, and sum[j] += x[i+j] over every i ≡ 0 (mod 4) below n
+// after the exponential: each eight results go into the four-lane sum as
+// their low half and then their high half, the order of Softmax's four
+// partial sums.
+TEXT ·expShiftSumAVX2(SB), NOSPLIT, $0-40
 	MOVQ x+0(FP), DI
 	MOVQ n+8(FP), DX
 	VBROADCASTSS m+16(FP), Y15
 	MOVQ c+24(FP), R9
+	MOVQ sum+32(FP), R10
+	VMOVUPS (R10), X9
 	TESTQ DX, DX
-	JZ expdone
+	JZ expsumdone
 	VPBROADCASTD 52(R9), Y14
 
 	PCALIGN $32
-exploop:
+expsumloop:
 	VMOVUPS (DI), Y0
 	VSUBPS Y15, Y0, Y0
 	EXPCORE
 	VMOVUPS Y4, (DI)
+	VADDPS X4, X9, X9
+	VEXTRACTF128 $1, Y4, X10
+	VADDPS X10, X9, X9
 	ADDQ $32, DI
 	SUBQ $8, DX
-	JNZ exploop
+	JNZ expsumloop
 
-expdone:
+expsumdone:
+	VMOVUPS X9, (R10)
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int) (m float32, unordered bool)
+//
+// The largest of x[:n] (n a positive multiple of 8) by VMAXPS, and whether
+// any of them is NaN, where VMAXPS and Go's max differ.
+TEXT ·maxAVX2(SB), NOSPLIT, $0-21
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), DX
+	VMOVUPS (DI), Y0
+	VCMPPS $3, Y0, Y0, Y1
+	ADDQ $32, DI
+	SUBQ $8, DX
+	JZ maxreduce
+
+	PCALIGN $32
+maxloop:
+	VMOVUPS (DI), Y2
+	VMAXPS Y2, Y0, Y0
+	VCMPPS $3, Y2, Y2, Y3
+	VORPS Y3, Y1, Y1
+	ADDQ $32, DI
+	SUBQ $8, DX
+	JNZ maxloop
+
+maxreduce:
+	VEXTRACTF128 $1, Y0, X2
+	VMAXPS X2, X0, X0
+	VPERMILPS $0x4e, X0, X2
+	VMAXPS X2, X0, X0
+	VPERMILPS $0xb1, X0, X2
+	VMAXPS X2, X0, X0
+	VMOVSS X0, m+16(FP)
+	VMOVMSKPS Y1, AX
+	TESTL AX, AX
+	SETNE unordered+20(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, s float32)
+//
+// x[i] *= s for i < n, a multiple of 8.
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), DI
+	MOVQ n+8(FP), DX
+	VBROADCASTSS s+16(FP), Y1
+	TESTQ DX, DX
+	JZ scaledone
+
+	PCALIGN $32
+scaleloop:
+	VMULPS (DI), Y1, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	SUBQ $8, DX
+	JNZ scaleloop
+
+scaledone:
 	VZEROUPPER
 	RET
 
