@@ -15,6 +15,9 @@ func referenceNext(s *Sampler, logits []float32) int {
 		return Greedy(logits)
 	}
 	idx, prob := s.softmax(logits)
+	for i := range idx {
+		idx[i] = i
+	}
 	n, keep := len(idx), len(idx)
 	if s.p.TopK > 0 && s.p.TopK < n || s.p.TopP > 0 && s.p.TopP < 1 {
 		sort.Slice(idx, func(a, b int) bool {

@@ -48,7 +48,8 @@ type Sampler struct {
 	rng  *rand.Rand
 	idx  []int
 	prob []float32
-	heap []int // topKSet's scratch
+	heap []int    // topKSet's scratch
+	keys []uint64 // sortByProb's scratch
 }
 
 // New returns a Sampler for p.
@@ -59,13 +60,10 @@ func New(p Params) *Sampler {
 // Greedy returns the index of the largest logit; ties go to the lowest
 // index, as in the reference implementation.
 func Greedy(logits []float32) int {
-	best := 0
-	for i, v := range logits {
-		if v > logits[best] {
-			best = i
-		}
+	if len(logits) == 0 {
+		return 0
 	}
-	return best
+	return kernels.Argmax(logits)
 }
 
 // Skip advances the generator past n draws as if Next had been called n
@@ -87,12 +85,15 @@ func (s *Sampler) Next(logits []float32) int {
 		return Greedy(logits)
 	}
 	idx, prob := s.softmax(logits)
+	if !s.cuts() {
+		return s.drawAll(prob)
+	}
 	idx, keep := s.candidates(idx, prob)
 	return s.draw(idx, prob, keep)
 }
 
-// softmax returns the tokens in index order and their probabilities at
-// the sampler's temperature, in its scratch. The exponentials are
+// softmax returns the sampler's index scratch (its contents are left for
+// candidates to fill) and the probabilities at the sampler's temperature. The exponentials are
 // kernels.Softmax's float32 ones, which give the same bits on every CPU
 // and architecture (with or without SIMD), so a seed draws the same tokens
 // wherever it runs; the float64 math.Exp they replaced cost 0.8 ms a token
@@ -110,7 +111,6 @@ func (s *Sampler) softmax(logits []float32) (idx []int, prob []float32) {
 	// -Inf (probability 0) rather than Inf-Inf = NaN.
 	for i, v := range logits {
 		prob[i] = (v - maxv) / s.p.Temperature
-		idx[i] = i
 	}
 	kernels.Softmax(prob)
 	return idx, prob
@@ -134,6 +134,29 @@ func (s *Sampler) draw(idx []int, prob []float32, keep int) int {
 	return idx[keep-1]
 }
 
+// drawAll is draw over every token in index order, without the index
+// list: the same sums in the same order, so the same token.
+func (s *Sampler) drawAll(prob []float32) int {
+	var total float32
+	for _, p := range prob {
+		total += p
+	}
+	r := s.rng.Float32() * total
+	var c float32
+	for i, p := range prob {
+		c += p
+		if r < c {
+			return i
+		}
+	}
+	return len(prob) - 1
+}
+
+// cuts reports whether top-k or top-p leaves tokens out.
+func (s *Sampler) cuts() bool {
+	return s.p.TopK > 0 || s.p.TopP > 0 && s.p.TopP < 1
+}
+
 // candidates orders the tokens top-k and top-p may draw from first in idx,
 // by probability, highest first, ties to the lower index, and returns idx
 // and how many of them may be drawn. Sorting the whole vocabulary for
@@ -149,6 +172,9 @@ func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
 	topK := s.p.TopK > 0 && s.p.TopK < n
 	topP := s.p.TopP > 0 && s.p.TopP < 1
 	if !topK && !topP {
+		for i := range idx[:n] {
+			idx[i] = i
+		}
 		return idx, n
 	}
 	var set []int
@@ -157,7 +183,7 @@ func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
 	} else {
 		set = topPSet(idx[:0], prob, s.p.TopP)
 	}
-	sortByProb(set, prob)
+	sortByProb(set, prob, &s.keys)
 	keep := len(set)
 	if topK {
 		keep = min(keep, s.p.TopK)
@@ -172,7 +198,7 @@ func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
 		for i := range idx[:n] {
 			idx[i] = i
 		}
-		sortByProb(idx[:n], prob)
+		sortByProb(idx[:n], prob, &s.keys)
 		keep, _ = s.cutTopP(idx[:n], prob, n)
 		return idx[:n], keep
 	}
@@ -204,23 +230,38 @@ func (s *Sampler) cutTopP(sorted []int, prob []float32, keep int) (int, bool) {
 // for flat distributions: 4,198 tokens passed the old floor where the cut
 // kept 180.
 func topPSet(dst []int, prob []float32, topP float32) []int {
-	var mass [256]float64
-	for _, p := range prob {
-		mass[math.Float32bits(p)>>23&0xff] += float64(p)
+	// Four tables, so that runs of tokens in one binade do not wait on
+	// each other's adds; any order of the float64 sums will do, since the
+	// spare exponent and the fallback cover rounding.
+	var mass [4][256]float64
+	i := 0
+	for ; i+4 <= len(prob); i += 4 {
+		mass[0][math.Float32bits(prob[i])>>23&0xff] += float64(prob[i])
+		mass[1][math.Float32bits(prob[i+1])>>23&0xff] += float64(prob[i+1])
+		mass[2][math.Float32bits(prob[i+2])>>23&0xff] += float64(prob[i+2])
+		mass[3][math.Float32bits(prob[i+3])>>23&0xff] += float64(prob[i+3])
+	}
+	for ; i < len(prob); i++ {
+		mass[0][math.Float32bits(prob[i])>>23&0xff] += float64(prob[i])
 	}
 	e, m := 255, 0.0
 	for ; e > 0; e-- {
-		if m += mass[e]; m >= float64(topP) {
+		if m += mass[0][e] + mass[1][e] + mass[2][e] + mass[3][e]; m >= float64(topP) {
 			break
 		}
 	}
-	floor := uint32(max(e-1, 0))
+	floor := max(e-1, 0)
+	// Every index is written and kept only where its exponent reaches
+	// floor: which tokens do is as good as random, and a branch on it
+	// mispredicted for half of them.
+	dst = slices.Grow(dst[:0], len(prob))[:len(prob)]
+	n := 0
 	for i, p := range prob {
-		if math.Float32bits(p)>>23&0xff >= floor {
-			dst = append(dst, i)
-		}
+		dst[n] = i
+		d := int(math.Float32bits(p)>>23&0xff) - floor
+		n += 1 + d>>63 // 1 where d >= 0, else 0
 	}
-	return dst
+	return dst[:n]
 }
 
 // before orders tokens by probability, highest first, ties to the lower
@@ -232,16 +273,23 @@ func before(prob []float32, a, b int) bool {
 	return a < b
 }
 
-func sortByProb(set []int, prob []float32) {
-	slices.SortFunc(set, func(a, b int) int {
-		switch {
-		case before(prob, a, b):
-			return -1
-		case before(prob, b, a):
-			return 1
-		}
-		return 0
-	})
+// sortByProb sorts set into before's order. Each token becomes one
+// uint64 key, its probability's bits complemented above its index, so
+// that the keys' ascending order is before's: probabilities are never
+// negative, and the bits of non-negative floats order as the floats do.
+// Sorting the keys is several times faster than sorting indices with a
+// comparison that loads both probabilities each time (a top-p set of a
+// few thousand tokens took most of a draw's time).
+func sortByProb(set []int, prob []float32, keys *[]uint64) {
+	k := (*keys)[:0]
+	for _, i := range set {
+		k = append(k, uint64(^math.Float32bits(prob[i]))<<32|uint64(uint32(i)))
+	}
+	slices.Sort(k)
+	for j, key := range k {
+		set[j] = int(uint32(key))
+	}
+	*keys = k
 }
 
 // topKSet appends to dst the k tokens that come first in before's order,
