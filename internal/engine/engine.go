@@ -86,6 +86,7 @@ type Engine struct {
 	}
 
 	sched scheduler
+	draws *draws // the step's sampling, reused
 }
 
 // New returns an engine over model m, computing on threads and storing KV
@@ -107,6 +108,7 @@ func New(cfg Config, m *model.Model, threads *kernels.Pool, pool *kv.Pool) (*Eng
 		cancelCh: make(chan *request, 64),
 		done:     make(chan struct{}),
 		inflight: make(map[string]int),
+		draws:    newDraws(threads),
 	}
 	e.sched = scheduler{pool: pool, budget: cfg.BatchTokens, maxRunning: cfg.MaxRunning, vocab: m.Config.Vocab, prefix: cfg.Prefix, namespace: cfg.Namespace}
 	if cfg.Observer != nil {
@@ -466,6 +468,8 @@ func (e *Engine) step() bool {
 	}
 	e.stats.steps.Add(1)
 	e.stats.batched.Add(uint64(plan.tokens))
+	d := e.draws
+	d.reset()
 	for i, r := range plan.batch {
 		s := plan.seqs[i]
 		if s.Err != nil {
@@ -487,7 +491,11 @@ func (e *Engine) step() bool {
 		if r.generated() == 0 {
 			e.sched.cachePrompt(r)
 		}
-		tok := r.sampler.Next(s.Logits)
+		d.add(r, s.Logits)
+	}
+	d.run()
+	for i, r := range d.reqs {
+		tok := d.toks[i]
 		if r.prefillOnly {
 			e.handoff(r, tok)
 			continue
