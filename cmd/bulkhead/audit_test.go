@@ -188,11 +188,8 @@ func TestAuditDisagg(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three processes")
 	}
-	peers, err := peerauth.MakeCerts(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair := startPair(t, peers, roleConfig(t, 200, 64, 10, "", peers), roleConfig(t, 200, 64, 10, "", peers), 200, 10, "")
+	peers := makePeers(t)
+	pair := startPair(t, peers, roleConfig(t, 200, 64, 10, "", peers[peerauth.RolePrefill]), roleConfig(t, 200, 64, 10, "", peers[peerauth.RoleDecode]), 200, 10, "")
 	args := []string{"--target", pair.router.base, "--context-len", "256", "--rounds", "1", "--seed", "5", "--timeout", "30s"}
 	for _, tn := range []string{"acme", "globex", "hooli"} {
 		args = append(args, "--key", tn+"="+tenantKeys[tn])

@@ -82,8 +82,9 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 
 	// Credentials made for the occasion: a private CA that signs one
 	// certificate per process (so each process holds only its own key),
-	// its key deleted as soon as they are issued, everything removed on
-	// exit.
+	// each naming that process's role (so a prefill's certificate cannot
+	// act as the router, nor the router's open KV streams), the CA key
+	// deleted as soon as they are issued, everything removed on exit.
 	dir, err := os.MkdirTemp("", "bulkhead-cluster-")
 	if err != nil {
 		return err
@@ -93,22 +94,22 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	if err := peerauth.MakeCA(caDir); err != nil {
 		return err
 	}
-	issue := func(name string) (config.Peers, error) {
-		p, err := peerauth.IssueNode(caDir, filepath.Join(dir, name), name, []string{"127.0.0.1", "localhost"})
+	issue := func(name string, role peerauth.Role) (config.Peers, error) {
+		p, err := peerauth.IssueNode(caDir, filepath.Join(dir, name), name, role, []string{"127.0.0.1", "localhost"})
 		p.FrameBytes, p.Window, p.TransferTimeout = cfg.Peers.FrameBytes, cfg.Peers.Window, cfg.Peers.TransferTimeout
 		return p, err
 	}
-	routerPeers, err := issue("router")
+	routerPeers, err := issue("router", peerauth.RoleRouter)
 	if err != nil {
 		return err
 	}
 	roleCfgs := make([]string, *nPrefill+*nDecode)
 	for i := range roleCfgs {
-		name := fmt.Sprintf("prefill-%d", i)
+		name, role := fmt.Sprintf("prefill-%d", i), peerauth.RolePrefill
 		if i >= *nPrefill {
-			name = fmt.Sprintf("decode-%d", i-*nPrefill)
+			name, role = fmt.Sprintf("decode-%d", i-*nPrefill), peerauth.RoleDecode
 		}
-		if cfg.Peers, err = issue(name); err != nil {
+		if cfg.Peers, err = issue(name, role); err != nil {
 			return err
 		}
 		roleCfgs[i] = filepath.Join(dir, name, "role.yaml")
@@ -199,7 +200,9 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 // keys never reach the disk or another process.
 func writeRoleConfig(path string, cfg *config.Config) error {
 	rc := *cfg
-	rc.MetricsListen = "" // the router's; the children serve /metrics on their control listeners
+	// metrics_listen is the router's; the children serve /metrics on their
+	// control listeners, to peer certificates only.
+	rc.MetricsListen = ""
 	rc.Tenants = slices.Clone(cfg.Tenants)
 	for i := range rc.Tenants {
 		rc.Tenants[i].APIKeys = []string{rand.Text()}

@@ -19,8 +19,9 @@ import (
 
 // The disaggregated end-to-end tests: real `bulkhead prefill`, `decode`,
 // `router` and `cluster` processes over loopback TCP with mutual TLS,
-// driven by openai-go. Peers are scraped through their /metrics (served
-// on the control port without a client certificate).
+// driven by openai-go. Each process has the certificate of its own role.
+// Peers are scraped through their --metrics-listen address (their control
+// port serves /metrics only to peer certificates).
 
 const disaggTenants = `
 tenants:
@@ -49,31 +50,50 @@ func roleConfig(t *testing.T, maxInput, pages, timeoutS int, umbrellaExtra strin
 	return writeConfig(t, y)
 }
 
+// rolePeers is a test deployment's credentials: one CA, and one
+// certificate per role (peerauth.MakeCerts).
+type rolePeers map[peerauth.Role]config.Peers
+
+func makePeers(t *testing.T) rolePeers {
+	t.Helper()
+	ps, err := peerauth.MakeCerts(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
 var roleAnnounce = regexp.MustCompile(`^bulkhead: (prefill|decode) control on (\S+)(?: kv on (\S+))?`)
 
 // rolePeer is a running prefill or decode process.
 type rolePeer struct {
 	*process
 	control string // host:port of its control listener
+	kv      string // host:port of its KV listener (decode)
 }
 
-// startRole runs `bulkhead ROLE --config cfg --listen 127.0.0.1:0 ...`
-// and waits for its announce line; it is stopped when the test ends.
+// startRole runs `bulkhead ROLE --config cfg --listen 127.0.0.1:0
+// --metrics-listen 127.0.0.1:0 ...` and waits for its announce line; it
+// is stopped when the test ends. Its metrics are read from the metrics
+// listener, as an operator's scraper without a peer certificate would.
 func startRole(t *testing.T, role, cfg string, extra ...string) *rolePeer {
 	t.Helper()
-	args := []string{role, "--config", cfg, "--listen", "127.0.0.1:0"}
+	args := []string{role, "--config", cfg, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}
 	if role == "decode" {
 		args = append(args, "--kv-listen", "127.0.0.1:0")
 	}
 	p, m := launch(t, roleAnnounce, append(args, extra...)...)
-	p.base, p.scrape = "https://"+m[2], scrapeClient
-	return &rolePeer{process: p, control: m[2]}
+	if p.metrics == "" {
+		t.Fatalf("bulkhead %s did not announce its metrics listener before its control listener", role)
+	}
+	p.base = "https://" + m[2]
+	return &rolePeer{process: p, control: m[2], kv: m[3]}
 }
 
-// scrapeClient reads peers' /metrics over their TLS control port; no
-// client certificate is needed for /metrics, and the test trusts the
-// loopback peer it started.
-var scrapeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+// anonClient reaches a peer's TLS control port without a client
+// certificate (as a load balancer's probe would); it trusts the loopback
+// peer the test started.
+var anonClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 
 // waitNoLeak waits until every page of p's pool is free again and no
 // lease or reservation is left.
@@ -218,7 +238,7 @@ type disaggPair struct {
 	router *process
 }
 
-func startPair(t *testing.T, peers config.Peers, prefillCfg, decodeCfg string, routerMaxInput, timeoutS int, prefillFaults string) disaggPair {
+func startPair(t *testing.T, peers rolePeers, prefillCfg, decodeCfg string, routerMaxInput, timeoutS int, prefillFaults string) disaggPair {
 	t.Helper()
 	var extra []string
 	if prefillFaults != "" {
@@ -226,7 +246,7 @@ func startPair(t *testing.T, peers config.Peers, prefillCfg, decodeCfg string, r
 	}
 	p := startRole(t, "prefill", prefillCfg, extra...)
 	d := startRole(t, "decode", decodeCfg)
-	rp := peers
+	rp := peers[peerauth.RoleRouter]
 	rp.Prefill, rp.Decode = []string{p.control}, []string{d.control}
 	r := startBulkhead(t, "router", "--config", roleConfig(t, routerMaxInput, 64, timeoutS, "", rp))
 	return disaggPair{p, d, r}
@@ -239,13 +259,10 @@ func startPair(t *testing.T, peers config.Peers, prefillCfg, decodeCfg string, r
 // prefill-only tenant quota shows prefill's own rejection travelling back
 // with its original error after decode's reservation was cancelled.
 func TestDisaggPairLimitsDiffer(t *testing.T) {
-	peers, err := peerauth.MakeCerts(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	peers := makePeers(t)
 	pair := startPair(t, peers,
-		roleConfig(t, 100, 64, 10, "    max_kv_pages: 4\n", peers),
-		roleConfig(t, 200, 64, 10, "", peers), 200, 10, "")
+		roleConfig(t, 100, 64, 10, "    max_kv_pages: 4\n", peers[peerauth.RolePrefill]),
+		roleConfig(t, 200, 64, 10, "", peers[peerauth.RoleDecode]), 200, 10, "")
 	c := pair.router.client(tenantKeys["acme"])
 	ctx := context.Background()
 
@@ -318,23 +335,20 @@ func TestDisaggPairLimitsDiffer(t *testing.T) {
 // mid-transfer gets nothing. Never a 200 with content, and every page is
 // free again on the surviving sides.
 func TestDisaggFaults(t *testing.T) {
-	peers, err := peerauth.MakeCerts(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := roleConfig(t, 200, 64, 2, "", peers)
+	peers := makePeers(t)
+	pcfg, dcfg := roleConfig(t, 200, 64, 2, "", peers[peerauth.RolePrefill]), roleConfig(t, 200, 64, 2, "", peers[peerauth.RoleDecode])
 	ctx := context.Background()
 	prompt := tokenPrompt(120) // 120 tokens × 5 layers × 2 × 32 floats: dozens of 4 KiB frames
 
 	t.Run("kill", func(t *testing.T) {
-		pair := startPair(t, peers, cfg, cfg, 200, 2, "kill=frame:4")
+		pair := startPair(t, peers, pcfg, dcfg, 200, 2, "kill=frame:4")
 		resp, err := complete(ctx, pair.router.client(tenantKeys["acme"]), prompt, 20)
 		mustFailWith(t, "connection killed at frame 4", resp, err, 502, "transfer_peer_lost", "connection lost")
 		pair.d.waitNoLeak(t, "decode")
 		pair.p.waitNoLeak(t, "prefill")
 	})
 	t.Run("corrupt", func(t *testing.T) {
-		pair := startPair(t, peers, cfg, cfg, 200, 2, "corrupt=1,seed=3")
+		pair := startPair(t, peers, pcfg, dcfg, 200, 2, "corrupt=1,seed=3")
 		resp, err := complete(ctx, pair.router.client(tenantKeys["globex"]), prompt, 20)
 		mustFailWith(t, "corrupted frames", resp, err, 500, "transfer_checksum", "the KV transfer for this request failed an integrity check")
 		pair.d.waitNoLeak(t, "decode")
@@ -349,7 +363,7 @@ func TestDisaggFaults(t *testing.T) {
 		}
 	})
 	t.Run("stall-hangup-sigkill", func(t *testing.T) {
-		pair := startPair(t, peers, cfg, cfg, 200, 2, "delay=3s,seed=5")
+		pair := startPair(t, peers, pcfg, dcfg, 200, 2, "delay=3s,seed=5")
 		c := pair.router.client(tenantKeys["hooli"])
 		// Stalled prefill: decode's 2 s reservation deadline fails the
 		// transfer on both sides.

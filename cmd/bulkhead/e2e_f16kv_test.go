@@ -33,13 +33,11 @@ func withDType(t *testing.T, path, dtype string) string {
 // cache types differ never form a pair: the router refuses to start and
 // says why.
 func TestDisaggF16KV(t *testing.T) {
-	peers, err := peerauth.MakeCerts(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f32 := roleConfig(t, 200, 64, 10, "", peers)
-	f16 := withDType(t, f32, "f16")
-	pair := startPair(t, peers, f16, f16, 200, 10, "")
+	peers := makePeers(t)
+	pf16 := withDType(t, roleConfig(t, 200, 64, 10, "", peers[peerauth.RolePrefill]), "f16")
+	df32 := roleConfig(t, 200, 64, 10, "", peers[peerauth.RoleDecode])
+	df16 := withDType(t, df32, "f16")
+	pair := startPair(t, peers, pf16, df16, 200, 10, "")
 	c := pair.router.client(tenantKeys["acme"])
 	ctx := context.Background()
 	checked := 0
@@ -81,9 +79,9 @@ func TestDisaggF16KV(t *testing.T) {
 	pair.d.waitNoLeak(t, "f16 decode")
 
 	// Mixed cache types: the router must refuse the pair at handshake.
-	p := startRole(t, "prefill", f16)
-	d := startRole(t, "decode", f32)
-	rp := peers
+	p := startRole(t, "prefill", pf16)
+	d := startRole(t, "decode", df32)
+	rp := peers[peerauth.RoleRouter]
 	rp.Prefill, rp.Decode = []string{p.control}, []string{d.control}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -14,17 +14,22 @@ import (
 )
 
 // metricsListenUsage is the --metrics-listen flag's help, shared by the
-// commands that serve the API.
+// commands that serve the API (prefill and decode have their own:
+// roleMetricsUsage).
 const metricsListenUsage = "serve /metrics on this address only (operator-only; overrides metrics_listen). With tenants configured /metrics is never on the API listener"
 
 // startMetrics serves m's /metrics on cfg.MetricsListen, when set, and
-// announces it on stdout. The returned stop closes the listener.
+// announces it on stdout (before the caller announces its main listener,
+// which is what scripts and tests wait for). It serves serve's and the
+// router's metrics, and prefill's and decode's, whose control listener
+// serves them only to peer certificates, so that an operator's scraper
+// needs none. The returned stop closes the listener.
 func startMetrics(cfg *config.Config, m *metrics.Metrics, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
 	if cfg.MetricsListen == "" {
 		return func() {}, nil
 	}
 	if _, port, _ := net.SplitHostPort(cfg.MetricsListen); cfg.MetricsListen == cfg.Listen && port != "0" {
-		return nil, usagef("--metrics-listen %s is the API's listen address; metrics need an address of their own", cfg.MetricsListen)
+		return nil, usagef("--metrics-listen %s is also the listen address; metrics need an address of their own", cfg.MetricsListen)
 	}
 	ln, err := net.Listen("tcp", cfg.MetricsListen)
 	if err != nil {

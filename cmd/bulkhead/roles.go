@@ -21,12 +21,16 @@ import (
 func init() {
 	register("prefill", "run a prefill server of a disaggregated deployment (peer control API; KV sent to decode servers)", runPrefill)
 	register("decode", "run a decode server of a disaggregated deployment (peer control API and KV transfer listener)", runDecode)
-	register("certs", "make a private CA and a node certificate for local mutual-TLS peers", runCerts)
+	register("certs", "make a private CA and a node certificate, for one role, for mutual-TLS peers", runCerts)
 }
 
-// roleSetup is what prefill and decode share: config, logger, peer
-// credentials and faults.
-func roleSetup(cfgPath, faults string) (*config.Config, *peerauth.Auth, transfer.FaultSpec, error) {
+// roleMetricsUsage is the --metrics-listen flag's help for prefill and
+// decode, whose control listener serves /metrics only to peers.
+const roleMetricsUsage = "also serve /metrics over plain HTTP on this address, without a peer certificate, for the operator's scraper (overrides metrics_listen; keep it off networks tenants reach). The control listener serves /metrics only to clients with a peer certificate"
+
+// roleSetup is what prefill and decode share: config (with the --listen
+// and --metrics-listen overrides), peer credentials and faults.
+func roleSetup(cfgPath, faults, listen, metricsListen string) (*config.Config, *peerauth.Auth, transfer.FaultSpec, error) {
 	spec, err := transfer.ParseFaults(faults)
 	if err != nil {
 		return nil, nil, spec, usagef("--faults: %v", err)
@@ -34,6 +38,12 @@ func roleSetup(cfgPath, faults string) (*config.Config, *peerauth.Auth, transfer
 	cfg, err := loadConfig(cfgPath, "")
 	if err != nil {
 		return nil, nil, spec, err
+	}
+	if listen != "" {
+		cfg.Listen = listen
+	}
+	if metricsListen != "" {
+		cfg.MetricsListen = metricsListen
 	}
 	auth, err := peerauth.Load(cfg.Peers)
 	if err != nil {
@@ -46,24 +56,27 @@ func runPrefill(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("prefill", stderr)
 	cfgPath := fs.String("config", "", "YAML configuration file; its peers section must set up peer authentication")
 	listen := fs.String("listen", "", "control API listen address (default: the config's listen)")
+	metricsListen := fs.String("metrics-listen", "", roleMetricsUsage)
 	faults := fs.String("faults", "", "inject faults on the KV frames this server writes, e.g. drop=0.01,corrupt=0.001,kill=frame:12,seed=7 (testing only)")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, auth, spec, err := roleSetup(*cfgPath, *faults)
+	cfg, auth, spec, err := roleSetup(*cfgPath, *faults, *listen, *metricsListen)
 	if err != nil {
 		return err
-	}
-	if *listen == "" {
-		*listen = cfg.Listen
 	}
 	log := newLogger(cfg.LogLevel, stderr)
 	srv, err := prefillsrv.New(cfg, log, prefillsrv.Options{Auth: auth, Faults: spec, Drain: *drain})
 	if err != nil {
 		return err
 	}
-	ln, err := auth.ListenHTTP("tcp", *listen)
+	stopMetrics, err := startMetrics(cfg, srv.Metrics, stdout, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	ln, err := auth.ListenHTTP("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
@@ -80,6 +93,7 @@ func runDecode(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("decode", stderr)
 	cfgPath := fs.String("config", "", "YAML configuration file; its peers section must set up peer authentication")
 	listen := fs.String("listen", "", "control API listen address (default: the config's listen)")
+	metricsListen := fs.String("metrics-listen", "", roleMetricsUsage)
 	kvListen := fs.String("kv-listen", "127.0.0.1:0", "KV transfer listen address")
 	kvAdvertise := fs.String("kv-advertise", "", "KV address to tell the router (default: the bound --kv-listen address)")
 	faults := fs.String("faults", "", "inject faults on the KV frames this server writes, e.g. drop=0.01,corrupt=0.001,kill=frame:12,seed=7 (testing only)")
@@ -87,23 +101,27 @@ func runDecode(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, auth, spec, err := roleSetup(*cfgPath, *faults)
+	cfg, auth, spec, err := roleSetup(*cfgPath, *faults, *listen, *metricsListen)
 	if err != nil {
 		return err
-	}
-	if *listen == "" {
-		*listen = cfg.Listen
 	}
 	log := newLogger(cfg.LogLevel, stderr)
 	srv, err := decodesrv.New(cfg, log, decodesrv.Options{Auth: auth, Faults: spec, Drain: *drain, KVAdvertise: *kvAdvertise})
 	if err != nil {
 		return err
 	}
-	ln, err := auth.ListenHTTP("tcp", *listen)
+	stopMetrics, err := startMetrics(cfg, srv.Metrics, stdout, log)
 	if err != nil {
 		return err
 	}
-	kln, err := auth.Listen("tcp", *kvListen)
+	defer stopMetrics()
+	ln, err := auth.ListenHTTP("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	// Only prefill servers open KV streams: a router's or another decode
+	// server's certificate fails the handshake.
+	kln, err := auth.Listen("tcp", *kvListen, peerauth.RolePrefill)
 	if err != nil {
 		ln.Close()
 		return err
@@ -122,12 +140,26 @@ func runCerts(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "directory to write the certificates into (required)")
 	hosts := fs.String("hosts", "127.0.0.1,localhost", "comma-separated IP addresses and DNS names the node certificate is valid for")
 	caDir := fs.String("ca", "", "directory holding an existing ca.pem and ca-key.pem to sign with (default: make a new CA in --out)")
-	name := fs.String("name", "node", "node certificate name: writes NAME.pem and NAME-key.pem")
+	role := fs.String("role", "", "the one role the certificate's holder may act as: router, prefill or decode (required)")
+	name := fs.String("name", "", "node certificate name: writes NAME.pem and NAME-key.pem (default: the role)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *out == "" {
 		return usagef("--out is required")
+	}
+	// No default role: whichever one it were, a certificate issued for a
+	// machine that runs another would be accepted where it must not be,
+	// or refused where it must work.
+	if *role == "" {
+		return usagef("--role is required: router, prefill or decode. Each peer certificate names the one role its holder may act as; a decode server accepts reservations only from a router certificate and KV only from a prefill certificate")
+	}
+	r, err := peerauth.ParseRole(*role)
+	if err != nil {
+		return usagef("--role: %v", err)
+	}
+	if *name == "" {
+		*name = string(r)
 	}
 	var hs []string
 	for _, h := range strings.Split(*hosts, ",") {
@@ -145,7 +177,7 @@ func runCerts(args []string, stdout, stderr io.Writer) error {
 		}
 		ca = *out
 	}
-	p, err := peerauth.IssueNode(ca, *out, *name, hs)
+	p, err := peerauth.IssueNode(ca, *out, *name, r, hs)
 	if err != nil {
 		if *caDir == "" {
 			// The CA was made a moment ago for this certificate: remove
@@ -158,7 +190,7 @@ func runCerts(args []string, stdout, stderr io.Writer) error {
 	if *caDir == "" {
 		fmt.Fprintf(stdout, "bulkhead: made a CA (valid one year) in %s; keep %s on this machine\n", *out, peerauth.CAKeyFile)
 	}
-	fmt.Fprintf(stdout, "bulkhead: wrote node certificate %q for %s (valid one year) to %s\n", *name, strings.Join(hs, ", "), *out)
+	fmt.Fprintf(stdout, "bulkhead: wrote node certificate %q, role %s, for %s (valid one year) to %s\n", *name, r, strings.Join(hs, ", "), *out)
 	fmt.Fprintf(stdout, "peers:\n  auth: mtls\n  ca: %s\n  cert: %s\n  key: %s\n", p.CA, p.Cert, p.Key)
 	return nil
 }

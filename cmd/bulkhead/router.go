@@ -84,6 +84,9 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 	if err != nil {
 		return fmt.Errorf("router: peer auth: %w", err)
 	}
+	if err := auth.ActAs(peerauth.RoleRouter); err != nil {
+		return fmt.Errorf("router: peer auth: %w", err)
+	}
 	// The router tokenizes, so it loads the model; its fingerprint must
 	// match every peer's, or prompts would be tokenized for another model.
 	m, err := server.LoadModel(cfg)
@@ -98,7 +101,7 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	rt, err := router.New(hctx, router.Options{
 		Prefill: cfg.Peers.Prefill, Decode: cfg.Peers.Decode,
-		Client: auth.HTTPClient(), Scheme: auth.Scheme(), Fingerprint: m.Fingerprint(),
+		Client: auth.HTTPClient(peerauth.RolePrefill, peerauth.RoleDecode), Scheme: auth.Scheme(), Fingerprint: m.Fingerprint(),
 		Own:             engine.Limits{ContextLen: cfg.ContextLen, MaxInputTokens: cfg.MaxInputTokens},
 		TransferTimeout: time.Duration(cfg.Peers.TransferTimeout) * time.Second,
 		Registerer:      met.Registry, Log: log,

@@ -59,8 +59,10 @@ type Config struct {
 	// tenant with its request and token counts, latencies and cache use,
 	// so with tenants configured it is never served on the API listener;
 	// without tenants (no auth, one anonymous user) and without
-	// MetricsListen it stays on the API listener. The --metrics-listen
-	// flag overrides it.
+	// MetricsListen it stays on the API listener. A prefill or decode
+	// server serves /metrics on its control listener only to peer
+	// certificates, and here, when set, to the scraper without one. The
+	// --metrics-listen flag overrides it.
 	MetricsListen string `yaml:"metrics_listen"`
 	// Threads is the number of compute threads; 0 uses one per GOMAXPROCS
 	// (the container's CPU limit), and more than GOMAXPROCS are cut to it.
@@ -100,11 +102,15 @@ type Config struct {
 // router's peer lists and the KV transfer's limits.
 type Peers struct {
 	// Auth is how peers prove who they are: "mtls" (mutual TLS with the
-	// operator's CA; the default when ca is set) or "psk" (a pre-shared
-	// key; the KV stream is then authenticated but not encrypted).
+	// operator's CA; the default when ca is set), where each certificate
+	// names the one role its holder may act as and every endpoint checks
+	// it, or "psk" (a pre-shared key, also TLS 1.3, encrypted and
+	// authenticated), where every holder of the key is every role: psk
+	// gives no role separation.
 	Auth string `yaml:"auth"`
 	// CA, Cert and Key are PEM files for mtls: the CA that signs every
-	// peer, and this process's certificate and key.
+	// peer, and this process's certificate (which must name this
+	// process's role: `bulkhead certs --role`) and key.
 	CA   string `yaml:"ca"`
 	Cert string `yaml:"cert"`
 	Key  string `yaml:"key"`

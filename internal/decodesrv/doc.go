@@ -12,10 +12,19 @@
 // (tenantSlots), so a tenant at its limit is refused before prefill does
 // any work for it.
 //
+// Who may ask for what (under mtls, by the role in the peer's
+// certificate): only the router reserves, generates, cancels and reads
+// info on the control listener; only prefill servers open KV streams; any
+// peer role may read /metrics there (it names every tenant), and
+// /health and /ready need nothing. Under psk every key holder is every
+// role (peerauth).
+//
 // It must never decode a sequence that did not verify, never free a page
 // while a write into it may still land (the Table's Release decides), never
 // accept KV for an id it did not reserve, never serve without peer
-// authentication, and never drop a KV stream over a corrupted frame
+// authentication, never let a frame a prefill does not send (CANCEL,
+// RESERVE, ...) reach the Table from a KV connection, where it would act
+// as the router's, and never drop a KV stream over a corrupted frame
 // without first failing its transfers as Integrity and telling prefill
 // why (an ABORT), so the client gets the integrity error, not a bare
 // "connection lost".

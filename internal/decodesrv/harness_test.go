@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,13 +30,15 @@ import (
 // pair is one prefill and one decode server on loopback, and a client
 // that speaks peerapi the way the router does.
 type pair struct {
-	t        *testing.T
-	pre      *prefillsrv.Server
-	dec      *decodesrv.Server
-	preURL   string // control base URL
-	decURL   string
-	kvAddr   string
-	auth     *peerauth.Auth
+	t      *testing.T
+	pre    *prefillsrv.Server
+	dec    *decodesrv.Server
+	preURL string // control base URL
+	decURL string
+	kvAddr string
+	// auths are each role's credentials; client calls as the router.
+	auths    map[peerauth.Role]*peerauth.Auth
+	peers    map[peerauth.Role]config.Peers
 	client   *http.Client
 	stopped  chan struct{}
 	stopBoth func()
@@ -50,6 +53,7 @@ type setup struct {
 	pre, dec  func(*config.Config)
 	preFaults string
 	decFaults string
+	decLog    io.Writer // decode's log (text); nil: discarded
 }
 
 func baseConfig(peers config.Peers) *config.Config {
@@ -68,11 +72,17 @@ func baseConfig(peers config.Peers) *config.Config {
 func startPair(t *testing.T, st setup) *pair {
 	t.Helper()
 	dir := t.TempDir()
-	var peers config.Peers
+	// Each role has its own certificate (under psk, the one key): the
+	// servers load theirs from their configs, the listeners below are
+	// made from the same files, and the test calls as the router.
+	peers := map[peerauth.Role]config.Peers{}
 	if st.psk {
-		peers = config.Peers{Auth: config.PeerAuthPSK, PSKFile: filepath.Join(dir, "psk")}
-		if err := peerauth.WritePSK(peers.PSKFile); err != nil {
+		psk := config.Peers{Auth: config.PeerAuthPSK, PSKFile: filepath.Join(dir, "psk")}
+		if err := peerauth.WritePSK(psk.PSKFile); err != nil {
 			t.Fatal(err)
+		}
+		for _, r := range peerauth.Roles() {
+			peers[r] = psk
 		}
 	} else {
 		var err error
@@ -80,11 +90,15 @@ func startPair(t *testing.T, st setup) *pair {
 			t.Fatal(err)
 		}
 	}
-	auth, err := peerauth.Load(peers)
-	if err != nil {
-		t.Fatal(err)
+	auths := map[peerauth.Role]*peerauth.Auth{}
+	for r, p := range peers {
+		a, err := peerauth.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		auths[r] = a
 	}
-	pcfg, dcfg := baseConfig(peers), baseConfig(peers)
+	pcfg, dcfg := baseConfig(peers[peerauth.RolePrefill]), baseConfig(peers[peerauth.RoleDecode])
 	if st.pre != nil {
 		st.pre(pcfg)
 	}
@@ -103,26 +117,31 @@ func startPair(t *testing.T, st setup) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, err := decodesrv.New(dcfg, nil, decodesrv.Options{Faults: df, Drain: 2 * time.Second, TickEvery: 20 * time.Millisecond})
+	var dlog *slog.Logger
+	if st.decLog != nil {
+		dlog = slog.New(slog.NewTextHandler(st.decLog, nil))
+	}
+	dec, err := decodesrv.New(dcfg, dlog, decodesrv.Options{Faults: df, Drain: 2 * time.Second, TickEvery: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pln, err := auth.ListenHTTP("tcp", "127.0.0.1:0")
+	pln, err := auths[peerauth.RolePrefill].ListenHTTP("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dln, err := auth.ListenHTTP("tcp", "127.0.0.1:0")
+	dln, err := auths[peerauth.RoleDecode].ListenHTTP("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	kln, err := auth.Listen("tcp", "127.0.0.1:0")
+	kln, err := auths[peerauth.RoleDecode].Listen("tcp", "127.0.0.1:0", peerauth.RolePrefill)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	dctx, stopDecode := context.WithCancel(ctx)
-	p := &pair{t: t, pre: pre, dec: dec, auth: auth, client: auth.HTTPClient(), stopped: make(chan struct{}),
-		preURL: auth.URL(pln.Addr().String(), ""), decURL: auth.URL(dln.Addr().String(), ""),
+	router := auths[peerauth.RoleRouter]
+	p := &pair{t: t, pre: pre, dec: dec, auths: auths, peers: peers, client: router.HTTPClient(peerauth.RolePrefill, peerauth.RoleDecode), stopped: make(chan struct{}),
+		preURL: router.URL(pln.Addr().String(), ""), decURL: router.URL(dln.Addr().String(), ""),
 		stopDecode: stopDecode, decAddr: dln.Addr().String()}
 	errs := make(chan error, 2)
 	go func() { errs <- pre.Run(ctx, pln) }()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -40,10 +41,10 @@ func TestCorruptFrame(t *testing.T) {
 }
 
 // kvClient opens an authenticated KV connection to decode, as prefill
-// would, for tests that write raw bytes.
+// would (with prefill's credentials), for tests that write raw bytes.
 func (p *pair) kvClient() transfer.Conn {
 	p.t.Helper()
-	nc, err := p.auth.Dial(context.Background(), p.kvAddr)
+	nc, err := p.auths[peerauth.RolePrefill].Dial(context.Background(), p.kvAddr, peerauth.RoleDecode)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package decodesrv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -144,7 +145,14 @@ func (s *Server) acceptKV(ctx context.Context, ln net.Listener) {
 // connection stays registered until the writer has stopped, so that
 // shutdown can still close it.
 func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
-	if err := peerauth.Handshake(ctx, nc); err != nil {
+	err := peerauth.Handshake(ctx, nc)
+	if err == nil {
+		// Only prefill servers send KV. The listener Run was given should
+		// already refuse other roles in the handshake; checking here too
+		// keeps that promise whatever listener it was.
+		err = s.auth.Authorize(nc, "decode's KV listener", peerauth.RolePrefill)
+	}
+	if err != nil {
 		s.tm.AuthFailures.Inc()
 		s.log.Warn("kv connection refused", "remote", nc.RemoteAddr().String(), "error", err)
 		nc.Close()
@@ -172,7 +180,15 @@ func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 	}()
 	for {
 		f, err := kc.c.Read()
-		if err == nil {
+		if err == nil && !fromPrefill(f.Type) {
+			// Stop reading at once, as for a corrupted frame: nothing
+			// after a frame prefill may not send is taken either.
+			s.framesRefused.WithLabelValues(f.Type.String()).Inc()
+			err = fmt.Errorf("prefill sent a %v frame", f.Type)
+			if !s.post(func() { s.refuseFrame(kc, f.Type) }) {
+				kc.close()
+			}
+		} else if err == nil {
 			s.tm.Bytes.Add(float64(f.Size()))
 			if !s.post(func() { s.frameIn(kc, f) }) {
 				kc.close() // the loop stopped: shutting down
@@ -180,9 +196,7 @@ func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 				return
 			}
 			continue
-		}
-		var fe *transfer.FrameError
-		if errors.As(err, &fe) && !errors.Is(err, transfer.ErrTruncated) {
+		} else if fe := (*transfer.FrameError)(nil); errors.As(err, &fe) && !errors.Is(err, transfer.ErrTruncated) {
 			if !s.post(func() { s.badFrame(kc, fe) }) {
 				kc.close()
 			}
@@ -198,6 +212,39 @@ func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 		})
 		return
 	}
+}
+
+// fromPrefill reports whether a prefill server may send frames of type t
+// on its KV connection: the sender's side of the transfer protocol and
+// nothing else. CANCEL is the router's, and reaches decode over the
+// router's control requests (handleCancel); taken from a prefill's
+// connection it would cancel any transfer whose id that prefill knew,
+// another tenant's included, even one bound to another connection. The
+// other types are decode's own or the router's, and no prefill sends them.
+func fromPrefill(t transfer.Type) bool {
+	switch t {
+	case transfer.TypeOpen, transfer.TypeData, transfer.TypeCommit, transfer.TypeAbort:
+		return true
+	}
+	return false
+}
+
+// refuseFrame handles a frame of a type prefill may not send (loop only):
+// the frame never reaches the Table; the transfers this connection opened
+// fail as protocol errors, since their sender broke the protocol, each
+// with an ABORT; and the connection gets an ABORT under the zero id that
+// names the violation, then closes, as for a corrupted frame.
+func (s *Server) refuseFrame(kc *kvConn, t transfer.Type) {
+	reason := errkind.New(errkind.BadInput, transfer.CodeProtocol,
+		"kv transfer: a %v frame arrived on a prefill's KV connection, where only OPEN, DATA, COMMIT and ABORT may; %v is never taken from a prefill, so decode closed the connection", t, t)
+	s.log.Warn("kv connection refused a frame prefill may not send", "peer", kc.id, "type", t.String())
+	for id := range kc.bound {
+		if r := s.table.Receiver(id); r != nil && !r.Terminal() {
+			s.step(transfer.Cancel{ID: id, Reason: reason}) // bound here: the Receiver sends the ABORT
+		}
+	}
+	kc.send(&transfer.Frame{Type: transfer.TypeAbort, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
+	kc.closeWhenFlushed()
 }
 
 // frameIn steps one cleanly decoded frame, noting which reservation an

@@ -56,9 +56,12 @@ type Server struct {
 	limits  engine.Limits
 	threads *kernels.Pool
 	tm      *server.TransferMetrics
-	ready   atomic.Bool
-	kvAddr  atomic.Value // string
-	body    int64        // the largest generate body read (server.PromptBodyLimit)
+	// framesRefused counts frames of types a prefill may not send,
+	// refused on KV connections (fromPrefill), by type.
+	framesRefused *prometheus.CounterVec
+	ready         atomic.Bool
+	kvAddr        atomic.Value // string
+	body          int64        // the largest generate body read (server.PromptBodyLimit)
 
 	layers int
 	kvDim  int // storage words per token per layer (kv.PoolConfig.RowWords)
@@ -99,6 +102,9 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := auth.ActAs(peerauth.RoleDecode); err != nil {
+		return nil, err
+	}
 	if opts.Drain <= 0 {
 		opts.Drain = 30 * time.Second
 	}
@@ -133,6 +139,10 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		"kv_transfer_bytes_received_total", "Bytes of KV transfer frames received.")
 	s.Metrics.Registry.MustRegister(gaugeFunc("kv_reservations", "Live KV reservations (reserved, receiving or verifying).",
 		func() float64 { return float64(s.live.Load()) }))
+	// The type label is bounded: frames of unknown types never decode.
+	s.framesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_frames_refused_total",
+		Help: "Frames of a type prefill may not send (CANCEL, RESERVE, ...) refused on KV connections, by type; each closed its connection."}, []string{"type"})
+	s.Metrics.Registry.MustRegister(s.framesRefused)
 	log.Info("decode server built", "model", m.Name, "limits", fmt.Sprintf("%+v", lim), "peer_auth", auth.Mode())
 	return s, nil
 }
@@ -148,7 +158,8 @@ func (s *Server) Limits() engine.Limits { return s.limits }
 // a 502 for a server that was only restarting), then cancels what is
 // left, lets the KV connections deliver what is queued for them (closeKV)
 // and frees everything. Both listeners should come from the server's
-// peerauth (ListenHTTP and Listen).
+// peerauth: ListenHTTP, and Listen accepting only peerauth.RolePrefill
+// (serveKV checks each connection's role again).
 func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	addr := s.opts.KVAdvertise
 	if addr == "" {
@@ -225,16 +236,21 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	return err
 }
 
-// Handler is the control API: the peer endpoints behind peer
-// authentication, and /health, /ready and /metrics without it (they show
-// counts and pool state, nothing a tenant sent).
+// Handler is the control API: the peer endpoints (reserve and generate,
+// cancel, info), which only the router calls, behind peer authentication
+// as the router, so that a prefill server's certificate cannot reserve,
+// generate or cancel for any tenant; /metrics behind peer authentication
+// of any role (it names every tenant's traffic; an operator's scraper
+// without a peer certificate uses metrics_listen); and /health and /ready
+// without it, for load-balancer probes (they say "ok", "ready" or "not
+// ready" and nothing else).
 func (s *Server) Handler() http.Handler {
 	peer := http.NewServeMux()
 	peer.HandleFunc("GET "+peerapi.PathInfo, s.handleInfo)
 	peer.HandleFunc("POST "+peerapi.PathGenerate, s.handleGenerate)
 	peer.HandleFunc("POST "+peerapi.PathCancel, s.handleCancel)
 	mux := http.NewServeMux()
-	mux.Handle("/peer/", s.auth.HTTPHandler(peer))
+	mux.Handle("/peer/", s.auth.HTTPHandler(peer, peerauth.RoleRouter))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
@@ -243,7 +259,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", s.Metrics.Handler())
+	mux.Handle("GET /metrics", s.auth.HTTPHandler(s.Metrics.Handler(), peerauth.Roles()...))
 	return mux
 }
 

@@ -20,7 +20,8 @@ import (
 const Protocol = 2
 
 // Paths served by prefill and decode servers. Every request must carry the
-// peer credentials (mutual TLS, or the pre-shared key as a bearer token).
+// peer credentials: mutual TLS with a role per certificate, or TLS 1.3
+// keyed by the pre-shared key.
 const (
 	PathInfo     = "/peer/v1/info"     // GET: Info
 	PathPrefill  = "/peer/v1/prefill"  // POST PrefillRequest -> PrefillResult (prefill servers)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,26 +20,32 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
-// Files MakeCerts writes in its directory. A node certificate issued under
-// another name (IssueNode) is NAME.pem and NAME-key.pem.
+// Files of the CA that MakeCA writes. A node certificate (IssueNode) is
+// NAME.pem and NAME-key.pem.
 const (
-	CAFile      = "ca.pem"
-	CAKeyFile   = "ca-key.pem"
-	NodeFile    = "node.pem"
-	NodeKeyFile = "node-key.pem"
+	CAFile    = "ca.pem"
+	CAKeyFile = "ca-key.pem"
 )
 
-// MakeCerts makes a private CA and one node certificate it signs, for
-// local use: ECDSA P-256, valid for a year, the node certificate naming
-// hosts (IP addresses and DNS names) and good for both server and client
-// authentication, so every role of a one-machine deployment can share it.
-// It writes CAFile, CAKeyFile, NodeFile and NodeKeyFile into dir (keys
-// mode 0600) and returns the peers settings that use them.
-func MakeCerts(dir string, hosts []string) (config.Peers, error) {
+// MakeCerts makes a private CA and one node certificate per role that it
+// signs, for local use and tests: ECDSA P-256, valid for a year, naming
+// hosts (IP addresses and DNS names). It writes CAFile and CAKeyFile and,
+// for each role, ROLE.pem and ROLE-key.pem (keys mode 0600) into dir, and
+// returns each role's peers settings. Every process needs the certificate
+// of its own role: one certificate no longer serves every role.
+func MakeCerts(dir string, hosts []string) (map[Role]config.Peers, error) {
 	if err := MakeCA(dir); err != nil {
-		return config.Peers{}, err
+		return nil, err
 	}
-	return IssueNode(dir, dir, "node", hosts)
+	out := map[Role]config.Peers{}
+	for _, r := range Roles() {
+		p, err := IssueNode(dir, dir, string(r), r, hosts)
+		if err != nil {
+			return nil, err
+		}
+		out[r] = p
+	}
+	return out, nil
 }
 
 // MakeCA makes a private CA (ECDSA P-256, valid for a year) and writes
@@ -79,15 +86,19 @@ func MakeCA(dir string) error {
 
 // IssueNode signs a node certificate for name with the CA in caDir (CAFile
 // and CAKeyFile), valid for a year for hosts (IP addresses and DNS names;
-// loopback when empty) and for both server and client authentication, and
-// writes it as NAME.pem and NAME-key.pem (mode 0600) into outDir, with a
-// copy of CAFile when outDir is another directory. The CA key is never
-// copied: a machine that runs one role gets its own certificate and key,
-// the CA certificate, and nothing that can sign. It returns the peers
-// settings that use the files.
-func IssueNode(caDir, outDir, name string, hosts []string) (config.Peers, error) {
+// loopback when empty) and for both server and client authentication,
+// naming role (RoleURI: the one role its holder may act as), and writes
+// it as NAME.pem and NAME-key.pem (mode 0600) into outDir, with a copy of
+// CAFile when outDir is another directory. The CA key is never copied: a
+// machine that runs one role gets its own certificate and key, the CA
+// certificate, and nothing that can sign. It returns the peers settings
+// that use the files.
+func IssueNode(caDir, outDir, name string, role Role, hosts []string) (config.Peers, error) {
 	if name == "" || name != filepath.Base(name) || strings.HasPrefix(name, ".") || name == "ca" || name == "ca-key" {
 		return config.Peers{}, fmt.Errorf("certs: node name %q must be a plain file name other than ca", name)
+	}
+	if _, err := ParseRole(string(role)); err != nil {
+		return config.Peers{}, fmt.Errorf("certs: %w", err)
 	}
 	if len(hosts) == 0 {
 		hosts = []string{"127.0.0.1", "localhost"}
@@ -113,7 +124,8 @@ func IssueNode(caDir, outDir, name string, hosts []string) (config.Peers, error)
 	}
 	nodeTmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "bulkhead peer " + name},
+		Subject:      pkix.Name{CommonName: "bulkhead peer " + name + " (" + string(role) + ")"},
+		URIs:         []*url.URL{RoleURI(role)},
 		NotBefore:    now.Add(-5 * time.Minute),
 		NotAfter:     now.AddDate(1, 0, 0),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

@@ -59,12 +59,13 @@ func loadKeyPair(certFile, keyFile, caFile string, roots *x509.CertPool, now tim
 		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
 			return tls.Certificate{}, fmt.Errorf("peers.cert %s: %w", certFile, err)
 		}
+		cert.Leaf = leaf // Load reads the role from it
 	}
 	switch {
 	case now.Before(leaf.NotBefore):
 		return tls.Certificate{}, fmt.Errorf("peers.cert %s is not valid until %s (is this machine's clock right?)", certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
 	case now.After(leaf.NotAfter):
-		return tls.Certificate{}, fmt.Errorf("peers.cert %s expired on %s: issue a new one (bulkhead certs --ca DIR)", certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return tls.Certificate{}, fmt.Errorf("peers.cert %s expired on %s: issue a new one (bulkhead certs --ca DIR --role ROLE)", certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	inter := x509.NewCertPool()
 	for _, der := range cert.Certificate[1:] {

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,9 +53,10 @@ func TestLoadRefusesExposedKeys(t *testing.T) {
 }
 
 // issueWith signs a node certificate with the CA in caDir, valid from
-// notBefore to notAfter, into a fresh directory; it returns the peers
-// settings for it.
-func issueWith(t *testing.T, caDir string, notBefore, notAfter time.Time) config.Peers {
+// notBefore to notAfter and carrying uris as URI SANs (none: a certificate
+// with no role, as made before roles or by another CA tool), into a fresh
+// directory; it returns the peers settings for it.
+func issueWith(t *testing.T, caDir string, notBefore, notAfter time.Time, uris ...string) config.Peers {
 	t.Helper()
 	ca, caKey, err := loadCA(caDir)
 	if err != nil {
@@ -70,6 +72,13 @@ func issueWith(t *testing.T, caDir string, notBefore, notAfter time.Time) config
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	for _, u := range uris {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, pu)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
@@ -169,7 +178,7 @@ func TestSecretsNeverOverwritten(t *testing.T) {
 	if err := os.Symlink(elsewhere, filepath.Join(out, "n-key.pem")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IssueNode(caDir, out, "n", nil); err == nil {
+	if _, err := IssueNode(caDir, out, "n", RolePrefill, nil); err == nil {
 		t.Error("IssueNode wrote its key through a symbolic link")
 	}
 	if _, err := os.Stat(elsewhere); err == nil {

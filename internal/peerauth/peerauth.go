@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
@@ -37,8 +39,11 @@ type Auth struct {
 	mode string
 	// Both modes are TLS 1.3; they differ in how a peer's certificate is
 	// judged (signed by the CA, or carrying the pre-shared key's public
-	// key: psk.go).
+	// key: psk.go), and in that only mtls certificates carry a role
+	// (roles.go).
 	serverTLS, controlTLS, clientTLS *tls.Config
+	role                             Role   // this node's own role; "" under psk
+	certFile                         string // peers.cert, for ActAs's error
 }
 
 // Load reads the credentials cfg names. A zero Auth field is refused
@@ -93,18 +98,25 @@ func loadMTLS(cfg config.Peers) (*Auth, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A certificate without a role loads (ActAs refuses it for every
+	// role, with advice); one whose role marker is malformed or ambiguous
+	// is refused here, since no role could ever accept it.
+	role, err := CertRole(cert.Leaf)
+	if err != nil && !errors.Is(err, errNoRole) {
+		return nil, fmt.Errorf("peers.cert %s: %w", cfg.Cert, err)
+	}
 	base := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}}
 	server := base.Clone()
 	server.ClientCAs = roots
 	server.ClientAuth = tls.RequireAndVerifyClientCert
 	// The control listener verifies a client certificate when one is
 	// given and leaves the decision to HTTPHandler, so that /health and
-	// /metrics can be scraped without one; peer paths still require it.
+	// /ready can be probed without one; every other path requires it.
 	control := server.Clone()
 	control.ClientAuth = tls.VerifyClientCertIfGiven
 	client := base.Clone()
 	client.RootCAs = roots
-	return &Auth{mode: config.PeerAuthMTLS, serverTLS: server, controlTLS: control, clientTLS: client}, nil
+	return &Auth{mode: config.PeerAuthMTLS, serverTLS: server, controlTLS: control, clientTLS: client, role: role, certFile: cfg.Cert}, nil
 }
 
 // Mode is config.PeerAuthMTLS or config.PeerAuthPSK.
@@ -118,35 +130,51 @@ func (a *Auth) URL(addr, path string) string { return a.Scheme() + "://" + addr 
 
 // ServerTLS is the TLS configuration of a stream listener: it requires a
 // client certificate signed by the CA, or carrying the pre-shared key's
-// public key.
+// public key. It checks no role: Listen and WrapListener add that.
 func (a *Auth) ServerTLS() *tls.Config { return a.serverTLS.Clone() }
 
 // ClientTLS presents this node's certificate and verifies the server's
-// (against the CA, or the pre-shared key's public key).
+// (against the CA, or the pre-shared key's public key). It checks no
+// role: Dial and HTTPClient add that.
 func (a *Auth) ClientTLS() *tls.Config { return a.clientTLS.Clone() }
 
 // Listen returns a stream listener (the KV transfer endpoint) whose
 // connections authenticate the peer before their first byte of data: TLS
-// with a required client certificate. The handshake runs on the
-// connection's first Read or Write, or explicitly with Handshake, never
-// inside Accept, so one silent peer cannot stall the accept loop.
-func (a *Auth) Listen(network, addr string) (net.Listener, error) {
+// with a required client certificate that, under mtls, names one of
+// allow. The handshake runs on the connection's first Read or Write, or
+// explicitly with Handshake, never inside Accept, so one silent peer
+// cannot stall the accept loop; a peer of another role fails it, and
+// Handshake's error says which role it presented and which were allowed.
+func (a *Auth) Listen(network, addr string, allow ...Role) (net.Listener, error) {
+	if len(allow) == 0 {
+		return nil, errors.New("peerauth: Listen needs the roles it accepts")
+	}
 	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return a.WrapListener(ln), nil
+	return a.WrapListener(ln, allow...), nil
 }
 
-// WrapListener is Listen over an existing listener.
-func (a *Auth) WrapListener(ln net.Listener) net.Listener {
-	return tls.NewListener(ln, a.serverTLS.Clone())
+// WrapListener is Listen over an existing listener. It panics without a
+// role to accept: a listener open to every role has to be asked for by
+// naming them all (Roles).
+func (a *Auth) WrapListener(ln net.Listener, allow ...Role) net.Listener {
+	if len(allow) == 0 {
+		panic("peerauth: WrapListener needs the roles it accepts")
+	}
+	cfg := a.serverTLS.Clone()
+	if a.mode == config.PeerAuthMTLS {
+		cfg.VerifyConnection = verifyRole("the client", "this listener", allow)
+	}
+	return tls.NewListener(ln, cfg)
 }
 
 // ListenHTTP returns a listener for a control HTTP server: TLS that
 // verifies a client certificate if one is offered (and refuses one that
-// fails), so that /health and /metrics can be scraped without one;
-// HTTPHandler then refuses peer requests that came without one.
+// fails), so that /health and /ready can be probed without one;
+// HTTPHandler then refuses requests that came without one, or with a
+// certificate of a role the endpoint does not accept.
 func (a *Auth) ListenHTTP(network, addr string) (net.Listener, error) {
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -156,8 +184,14 @@ func (a *Auth) ListenHTTP(network, addr string) (net.Listener, error) {
 }
 
 // Dial connects to a peer's stream listener and authenticates both ends
-// before returning.
-func (a *Auth) Dial(ctx context.Context, addr string) (net.Conn, error) {
+// before returning; under mtls the server's certificate must name want,
+// so that what this node sends (a prefill server's KV) goes only to a
+// server the CA made one of that role, not to any holder of a deployment
+// certificate who got between the two. (Under
+// TLS 1.3 the server judges the client's certificate after the client is
+// done, so a server that refuses this node's role shows as an error on
+// the first Read.)
+func (a *Auth) Dial(ctx context.Context, addr string, want Role) (net.Conn, error) {
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -166,6 +200,9 @@ func (a *Auth) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	cfg := a.clientTLS.Clone()
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		cfg.ServerName = host
+	}
+	if a.mode == config.PeerAuthMTLS {
+		cfg.VerifyConnection = verifyRole("the server at "+addr, "a connection from this node", []Role{want})
 	}
 	c := tls.Client(raw, cfg)
 	if err := Handshake(ctx, c); err != nil {
@@ -183,26 +220,47 @@ func Handshake(ctx context.Context, c net.Conn) error {
 	defer cancel()
 	if c, ok := c.(*tls.Conn); ok {
 		if err := c.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("%w: tls with %v: %v", ErrAuth, c.RemoteAddr(), err)
+			return fmt.Errorf("%w: tls with %v: %w", ErrAuth, c.RemoteAddr(), err)
 		}
 	}
 	return nil
 }
 
-// HTTPHandler wraps h so that only authenticated peers reach it: a
-// request must have come with a client certificate the handshake verified
-// (signed by the CA, or carrying the pre-shared key's public key). Anyone
-// else gets 401.
-func (a *Auth) HTTPHandler(h http.Handler) http.Handler {
+// HTTPHandler wraps h so that only authenticated peers of the roles in
+// allow reach it: a request must have come with a client certificate the
+// handshake verified (signed by the CA, or carrying the pre-shared key's
+// public key), and under mtls that certificate must name one of allow.
+// A request without one gets 401; one whose certificate names another
+// role, or none, gets 403 with a message naming the role presented and
+// the roles accepted. Under psk every key holder passes: the key carries
+// no role. It panics without a role to accept.
+func (a *Auth) HTTPHandler(h http.Handler, allow ...Role) http.Handler {
+	if len(allow) == 0 {
+		panic("peerauth: HTTPHandler needs the roles it accepts")
+	}
+	allow = slices.Clone(allow)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintln(w, `{"error":{"kind":"auth","code":"peer_unauthenticated","message":"this endpoint accepts only authenticated bulkhead peers"}}`)
+			refuse(w, http.StatusUnauthorized, "peer_unauthenticated", "this endpoint accepts only authenticated bulkhead peers")
 			return
+		}
+		if a.mode == config.PeerAuthMTLS {
+			if err := checkRole(r.TLS.VerifiedChains[0][0], "the client", r.URL.Path, allow); err != nil {
+				refuse(w, http.StatusForbidden, "peer_role_forbidden", err.Error())
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// refuse writes peerauth's refusal in the peer API's error shape, so the
+// router reports it as the peer refusing its credentials.
+func refuse(w http.ResponseWriter, status int, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]string{"kind": "auth", "code": code, "message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
 }
 
 func (a *Auth) authorized(r *http.Request) bool {
@@ -219,10 +277,14 @@ func (a *Auth) authorized(r *http.Request) bool {
 }
 
 // HTTPClient returns a client for control requests to peers: it presents
-// this node's certificate and verifies the peer's. It sets no overall
-// timeout, since generate streams last as long as decoding; bound each
-// request with its context.
-func (a *Auth) HTTPClient() *http.Client {
+// this node's certificate and verifies the peer's, which under mtls must
+// name one of want. It sets no overall timeout, since generate streams
+// last as long as decoding; bound each request with its context. It
+// panics without a role to accept.
+func (a *Auth) HTTPClient(want ...Role) *http.Client {
+	if len(want) == 0 {
+		panic("peerauth: HTTPClient needs the roles of the servers it calls")
+	}
 	tr := &http.Transport{
 		Proxy:               nil, // peers are addressed directly, never through a proxy
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -231,5 +293,8 @@ func (a *Auth) HTTPClient() *http.Client {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	tr.TLSClientConfig = a.clientTLS.Clone()
+	if a.mode == config.PeerAuthMTLS {
+		tr.TLSClientConfig.VerifyConnection = verifyRole("the server", "a control request from this node", want)
+	}
 	return &http.Client{Transport: tr}
 }

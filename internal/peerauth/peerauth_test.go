@@ -18,17 +18,30 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
+// deployment makes a CA and one certificate per role, and loads each.
+func deployment(t *testing.T) (map[Role]*Auth, map[Role]config.Peers) {
+	t.Helper()
+	ps, err := MakeCerts(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := map[Role]*Auth{}
+	for r, p := range ps {
+		if as[r], err = Load(p); err != nil {
+			t.Fatal(err)
+		}
+		if as[r].Role() != r {
+			t.Fatalf("the %s certificate loads as role %q", r, as[r].Role())
+		}
+	}
+	return as, ps
+}
+
+// mtls is one node of a fresh deployment: the router's.
 func mtls(t *testing.T) (*Auth, config.Peers) {
 	t.Helper()
-	p, err := MakeCerts(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a, p
+	as, ps := deployment(t)
+	return as[RoleRouter], ps[RoleRouter]
 }
 
 func psk(t *testing.T, key string) *Auth {
@@ -71,10 +84,12 @@ func echo(ln net.Listener) <-chan error {
 }
 
 // stream dials server's listener as client and checks an echo; it
-// returns the dial error and the server's error.
+// returns the dial error and the server's error. As on a KV connection,
+// the listener accepts prefill clients and the client wants a decode
+// server (psk checks neither).
 func stream(t *testing.T, server, client *Auth) (dialErr, serverErr error) {
 	t.Helper()
-	ln, err := server.Listen("tcp", "127.0.0.1:0")
+	ln, err := server.Listen("tcp", "127.0.0.1:0", RolePrefill)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +97,7 @@ func stream(t *testing.T, server, client *Auth) (dialErr, serverErr error) {
 	res := echo(ln)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, ln.Addr().String())
+	c, err := client.Dial(ctx, ln.Addr().String(), RoleDecode)
 	if err == nil {
 		defer c.Close()
 		if _, err := c.Write([]byte("hello")); err != nil {
@@ -98,23 +113,18 @@ func stream(t *testing.T, server, client *Auth) (dialErr, serverErr error) {
 }
 
 func TestStreamMTLS(t *testing.T) {
-	a, p := mtls(t)
-	// A second node certificate from the same CA is a good peer: re-use
-	// the same files (they hold both auth usages).
-	b, err := Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	as, _ := deployment(t)
+	a, b := as[RoleDecode], as[RolePrefill]
 	if d, s := stream(t, a, b); d != nil || s != nil {
 		t.Fatalf("same CA refused: dial %v, server %v", d, s)
 	}
-	other, _ := mtls(t) // another CA
-	if d, s := stream(t, a, other); d == nil && s == nil {
+	others, _ := deployment(t) // another CA
+	if d, s := stream(t, a, others[RolePrefill]); d == nil && s == nil {
 		t.Fatal("a peer with a certificate from another CA was accepted")
 	} else if s == nil {
 		t.Errorf("server accepted the foreign client (client saw %v)", d)
 	}
-	if d, s := stream(t, other, a); d == nil {
+	if d, s := stream(t, others[RoleDecode], b); d == nil {
 		t.Fatalf("client accepted a server from another CA (server %v)", s)
 	}
 }
@@ -136,7 +146,7 @@ func TestStreamPSK(t *testing.T) {
 	// A peer that connects and never speaks is cut off by the deadline.
 	handshakeTimeout = 300 * time.Millisecond
 	defer func() { handshakeTimeout = HandshakeTimeout }()
-	ln, _ := a.Listen("tcp", "127.0.0.1:0")
+	ln, _ := a.Listen("tcp", "127.0.0.1:0", RolePrefill)
 	defer ln.Close()
 	res := echo(ln)
 	raw, err := net.Dial("tcp", ln.Addr().String())
@@ -168,16 +178,19 @@ func TestShortPSKAndUnset(t *testing.T) {
 	}
 }
 
-func httpStatus(t *testing.T, server, client *Auth, withClient bool) int {
+// httpCall serves a router-only handler on server's control listener and
+// calls it as client (with its certificate or, withClient false, none);
+// it returns the status (-1: no answer) and the body.
+func httpCall(t *testing.T, server, client *Auth, withClient bool) (int, string) {
 	t.Helper()
 	ln, err := server.ListenHTTP("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: server.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))}
+	srv := &http.Server{Handler: server.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), RoleRouter)}
 	go srv.Serve(ln)
 	defer srv.Close()
-	hc := client.HTTPClient()
+	hc := client.HTTPClient(RolePrefill, RoleDecode)
 	if !withClient {
 		// Trust the server but present nothing.
 		tr := &http.Transport{TLSClientConfig: client.ClientTLS()}
@@ -188,23 +201,30 @@ func httpStatus(t *testing.T, server, client *Auth, withClient bool) int {
 	}
 	resp, err := hc.Get(server.URL(ln.Addr().String(), "/peer/v1/info"))
 	if err != nil {
-		return -1
+		return -1, err.Error()
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func httpStatus(t *testing.T, server, client *Auth, withClient bool) int {
+	t.Helper()
+	code, _ := httpCall(t, server, client, withClient)
+	return code
 }
 
 func TestHTTP(t *testing.T) {
-	a, p := mtls(t)
-	b, _ := Load(p)
-	other, _ := mtls(t)
+	as, _ := deployment(t)
+	a, b := as[RoleDecode], as[RoleRouter]
+	others, _ := deployment(t)
 	if got := httpStatus(t, a, b, true); got != 200 {
 		t.Errorf("mtls good peer: %d", got)
 	}
 	if got := httpStatus(t, a, b, false); got != 401 {
 		t.Errorf("mtls without a client certificate: %d, want 401", got)
 	}
-	if got := httpStatus(t, a, other, true); got == 200 {
+	if got := httpStatus(t, a, others[RoleRouter], true); got == 200 {
 		t.Errorf("mtls peer of another CA: %d", got)
 	}
 	k := psk(t, strings.Repeat("k", 40))
@@ -221,7 +241,7 @@ func TestHTTP(t *testing.T) {
 	}
 	// A request that carries no TLS at all never reaches the handler.
 	rec := httptest.NewRecorder()
-	k.HTTPHandler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	k.HTTPHandler(http.NotFoundHandler(), RoleRouter).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != 401 {
 		t.Errorf("psk without TLS: %d", rec.Code)
 	}
@@ -280,10 +300,10 @@ func TestPSKNeverOnTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: a.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "peer-secret-reply") }))}
+	srv := &http.Server{Handler: a.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "peer-secret-reply") }), RoleRouter)}
 	go srv.Serve(ln)
 	defer srv.Close()
-	resp, err := b.HTTPClient().Get(b.URL(relay(ln.Addr().String()), "/peer/v1/info"))
+	resp, err := b.HTTPClient(RoleDecode).Get(b.URL(relay(ln.Addr().String()), "/peer/v1/info"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,13 +313,13 @@ func TestPSKNeverOnTheWire(t *testing.T) {
 		t.Fatalf("control call through the relay: %d %q", resp.StatusCode, body)
 	}
 	// A stream.
-	sl, err := a.Listen("tcp", "127.0.0.1:0")
+	sl, err := a.Listen("tcp", "127.0.0.1:0", RolePrefill)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sl.Close()
 	res := echo(sl)
-	c, err := b.Dial(context.Background(), relay(sl.Addr().String()))
+	c, err := b.Dial(context.Background(), relay(sl.Addr().String()), RoleDecode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,10 +353,10 @@ func TestIssueNodeFromExistingCA(t *testing.T) {
 	if err := MakeCA(caDir); err != nil {
 		t.Fatal(err)
 	}
-	load := func(name string) *Auth {
+	load := func(name string, role Role) *Auth {
 		t.Helper()
 		dir := t.TempDir()
-		p, err := IssueNode(caDir, dir, name, []string{"127.0.0.1"})
+		p, err := IssueNode(caDir, dir, name, role, []string{"127.0.0.1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,17 +372,17 @@ func TestIssueNodeFromExistingCA(t *testing.T) {
 		}
 		return a
 	}
-	router, decode := load("router"), load("decode-1")
-	if d, s := stream(t, decode, router); d != nil || s != nil {
+	prefill, decode := load("prefill-1", RolePrefill), load("decode-1", RoleDecode)
+	if d, s := stream(t, decode, prefill); d != nil || s != nil {
 		t.Fatalf("two nodes of one CA refused each other: dial %v, server %v", d, s)
 	}
 	if err := MakeCA(caDir); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("MakeCA over an existing CA: %v", err)
 	}
-	if _, err := IssueNode(caDir, t.TempDir(), "../escape", nil); err == nil {
+	if _, err := IssueNode(caDir, t.TempDir(), "../escape", RoleRouter, nil); err == nil {
 		t.Fatal("a node name with a path was accepted")
 	}
-	if _, err := IssueNode(t.TempDir(), t.TempDir(), "n", nil); err == nil || !strings.Contains(err.Error(), "CA certificate") {
+	if _, err := IssueNode(t.TempDir(), t.TempDir(), "n", RoleRouter, nil); err == nil || !strings.Contains(err.Error(), "CA certificate") {
 		t.Fatalf("issuing without a CA: %v", err)
 	}
 	other := t.TempDir()
@@ -374,7 +394,7 @@ func TestIssueNodeFromExistingCA(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(caDir, CAKeyFile), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := IssueNode(caDir, t.TempDir(), "n", nil); err == nil || !strings.Contains(err.Error(), "not the key") {
+	if _, err := IssueNode(caDir, t.TempDir(), "n", RoleRouter, nil); err == nil || !strings.Contains(err.Error(), "not the key") {
 		t.Fatalf("a mismatched CA key: %v", err)
 	}
 }

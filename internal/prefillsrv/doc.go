@@ -9,8 +9,12 @@
 // the clock and the lease on the prefill KV. It must never send anything
 // for a request its own admission rejected, never release the lease
 // before the transfer is terminal (the Sender's Release decides), never
-// tear a frame to cancel (a cancel is an ABORT frame, written whole), and
-// never serve without peer authentication.
+// tear a frame to cancel (a cancel is an ABORT frame, written whole),
+// never serve without peer authentication, never take a control request
+// from a peer whose certificate is not the router's, and never send KV to
+// a server whose certificate is not a decode server's (under mtls; psk
+// carries no roles). /metrics needs a peer certificate of any role;
+// /health and /ready need none.
 //
 // A first token that ends the text (EOS) is still transferred with the
 // KV: the decode server sees it and reports finish "stop" with no tokens,

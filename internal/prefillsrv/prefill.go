@@ -13,6 +13,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
@@ -106,7 +107,7 @@ func (s *Server) dialEarly(ctx context.Context, addr string) *earlyDial {
 		defer close(d.done)
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		d.c, d.err = s.auth.Dial(dctx, addr)
+		d.c, d.err = s.auth.Dial(dctx, addr, peerauth.RoleDecode)
 	}()
 	return d
 }

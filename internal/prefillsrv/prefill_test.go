@@ -111,7 +111,7 @@ func TestKVConnectionDuringPrefill(t *testing.T) {
 			t.Fatal(err)
 		}
 		raw, _ := net.Listen("tcp", "127.0.0.1:0")
-		ln := auth.WrapListener(raw)
+		ln := auth.WrapListener(raw, peerauth.RolePrefill)
 		conns := make(chan net.Conn, 4)
 		go func() {
 			for {

@@ -79,6 +79,9 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if err := auth.ActAs(peerauth.RolePrefill); err != nil {
+		return nil, err
+	}
 	if opts.Drain <= 0 {
 		opts.Drain = 30 * time.Second
 	}
@@ -167,15 +170,19 @@ func (s *Server) cancelAll() {
 	s.mu.Unlock()
 }
 
-// Handler is the control API: the peer endpoints behind peer
-// authentication, and /health, /ready and /metrics without it.
+// Handler is the control API: the peer endpoints, which only the router
+// calls, behind peer authentication as the router; /metrics behind peer
+// authentication of any role (it names every tenant's traffic; an
+// operator's scraper without a peer certificate uses metrics_listen); and
+// /health and /ready without it, for load-balancer probes (they say "ok",
+// "ready" or "not ready" and nothing else).
 func (s *Server) Handler() http.Handler {
 	peer := http.NewServeMux()
 	peer.HandleFunc("GET "+peerapi.PathInfo, func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.Info()) })
 	peer.HandleFunc("POST "+peerapi.PathPrefill, s.handlePrefill)
 	peer.HandleFunc("POST "+peerapi.PathCancel, s.handleCancel)
 	mux := http.NewServeMux()
-	mux.Handle("/peer/", s.auth.HTTPHandler(peer))
+	mux.Handle("/peer/", s.auth.HTTPHandler(peer, peerauth.RoleRouter))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
@@ -184,7 +191,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", s.Metrics.Handler())
+	mux.Handle("GET /metrics", s.auth.HTTPHandler(s.Metrics.Handler(), peerauth.Roles()...))
 	return mux
 }
 

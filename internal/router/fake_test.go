@@ -45,6 +45,7 @@ type fakeCluster struct {
 	readyDelay          time.Duration                              // decode waits this long after the transfer before `ready`
 	decodeDelay         func(peerapi.GenerateRequest)              // runs before reserving
 	peerAuthFails       map[string]*atomic.Bool                    // role -> its generate or prefill answers 401, as peerauth does for bad credentials
+	peerRoleRefused     atomic.Bool                                // with peerAuthFails: 403 peer_role_forbidden instead, as peerauth does for a certificate of another role
 	options             func(*Options)                             // edits the router's options in start
 	peerInfo            func(role string, i int, in *peerapi.Info) // edits one peer's info, after infoHook
 	infoDown            func(role string, i int) bool              // that peer's info answers 503
@@ -229,12 +230,17 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 }
 
 // refusePeer answers 401 with peerauth's body when role's peerAuthFails
-// is set.
+// is set (403, for a certificate of another role, with peerRoleRefused).
 func (f *fakeCluster) refusePeer(w http.ResponseWriter, role string) bool {
 	if !f.peerAuthFails[role].Load() {
 		return false
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if f.peerRoleRefused.Load() {
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprintln(w, `{"error":{"kind":"auth","code":"peer_role_forbidden","message":"peer role refused: the client presented a certificate with role prefill; /peer/v1/generate needs a certificate with role router"}}`)
+		return true
+	}
 	w.WriteHeader(http.StatusUnauthorized)
 	fmt.Fprintln(w, `{"error":{"kind":"auth","code":"peer_unauthenticated","message":"this endpoint accepts only authenticated bulkhead peers"}}`)
 	return true

@@ -98,15 +98,31 @@ func TestPrefillIntegrityErrorStandsAlone(t *testing.T) {
 // certificate the peer no longer trusts) is a fault of the deployment,
 // not of the client's API key: never a 401, and never peerauth's words,
 // which would tell the client its key was refused.
+//
+// The same holds for a peer that refuses the router's certificate for its
+// role (403 peer_role_forbidden: the router was given another role's
+// certificate): the client learns only that the server refused the
+// router's credentials, not which roles the deployment's certificates
+// carry.
 func TestPeerRefusingRouterCredentialsIsNotTheClientsAuthError(t *testing.T) {
-	for _, role := range []string{RoleDecode, RolePrefill} {
-		t.Run(role, func(t *testing.T) {
+	for _, c := range []struct {
+		role    string
+		role403 bool
+	}{{RoleDecode, false}, {RolePrefill, false}, {RoleDecode, true}, {RolePrefill, true}} {
+		role := c.role
+		name := role
+		if c.role403 {
+			name += "/role"
+		}
+		t.Run(name, func(t *testing.T) {
 			f := newFake()
 			r, _ := f.start(t, 1, 1)
+			f.peerRoleRefused.Store(c.role403)
 			f.peerAuthFails[role].Store(true) // after the handshake: the peer's credentials changed since
 			_, err := r.Submit(context.Background(), admitted(t, "acme", 7, 3))
 			e := errkind.Of(err)
-			if err == nil || e.Kind == errkind.Auth || e.Kind == errkind.BadInput || strings.Contains(e.Message, "accepts only authenticated") {
+			if err == nil || e.Kind == errkind.Auth || e.Kind == errkind.BadInput || strings.Contains(e.Message, "accepts only authenticated") ||
+				strings.Contains(e.Message, "presented a certificate") || e.Code != "peer_auth_failed" {
 				t.Fatalf("got %+v, want a server-side failure that does not blame the client's key", e)
 			}
 			if e.Kind != errkind.Unavailable || !strings.Contains(e.Message, role) {
