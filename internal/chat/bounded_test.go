@@ -89,6 +89,46 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// TestTimeoutCoversBothRenders: Render renders twice, and Limits.Timeout
+// bounds the two together. On a clock that moves 1 ms a reading, a
+// template whose one render takes two thirds of the limit is stopped in
+// the second; when each render had a deadline of its own, both passed and
+// a request could take twice the limit.
+func TestTimeoutCoversBothRenders(t *testing.T) {
+	src := `{% for i in range(20000) %}{{ messages[0].content }}{% endfor %}`
+	msgs := []Message{{Role: "user", Content: "hi"}}
+	var reads int
+	base := time.Now()
+	defer func(old func() time.Time) { now = old }(now)
+	now = func() time.Time {
+		reads++
+		return base.Add(time.Duration(reads) * time.Millisecond)
+	}
+	render := func(timeout time.Duration) *errkind.Error {
+		tmpl, err := New(Options{Source: src, Limits: Limits{Steps: 1 << 40, Timeout: timeout}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = 0
+		_, rerr := tmpl.Render(msgs, false)
+		return rerr
+	}
+	if err := render(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	perRender := time.Duration(reads/2) * time.Millisecond
+	if perRender < 20*time.Millisecond {
+		t.Fatalf("a render read the clock %d times; too few to time", reads)
+	}
+	limit := perRender * 3 / 2
+	if err := render(limit); err == nil || !strings.Contains(err.Message, "ran for more than") {
+		t.Fatalf("two renders of %v each under a limit of %v: got %v, want the time limit", perRender, limit, err)
+	}
+	if took := time.Duration(reads) * time.Millisecond; took > limit+5*time.Millisecond {
+		t.Fatalf("Render took %v on the clock under a limit of %v", took, limit)
+	}
+}
+
 // TestRefusedAtLoad: what New cannot bound, it refuses, naming the
 // construct, so that the server does not start with the model rather than
 // fail later.

@@ -33,7 +33,8 @@ type Limits struct {
 	// filters): recursion without end would otherwise overflow the stack,
 	// which kills the process.
 	Depth int
-	// Timeout bounds the time of one render (Render renders twice).
+	// Timeout bounds the time Render takes for a request, both of its
+	// renders together.
 	Timeout time.Duration
 }
 
@@ -91,9 +92,13 @@ type account struct {
 	err      *limitError // the first limit reached; every guard fails with it after
 }
 
-func newAccount(lim Limits, input int) *account {
+// now is the clock renders are timed by; a test replaces it.
+var now = time.Now
+
+// newAccount starts the account of one render that must end by deadline.
+func newAccount(lim Limits, input int, deadline time.Time) *account {
 	return &account{lim: lim, budget: satAdd(lim.Bytes, satMul(16, int64(input))),
-		maxValue: satAdd(lim.Value, satMul(2, int64(input))), deadline: time.Now().Add(lim.Timeout),
+		maxValue: satAdd(lim.Value, satMul(2, int64(input))), deadline: deadline,
 		frames: []frame{{}}}
 }
 
@@ -124,7 +129,7 @@ func (st *account) work(steps, ticks int64) error {
 	st.ticks = satAdd(st.ticks, ticks)
 	if st.ticks-st.clock >= 256 {
 		st.clock = st.ticks
-		if time.Now().After(st.deadline) {
+		if now().After(st.deadline) {
 			return st.fail("it ran for more than %v", st.lim.Timeout)
 		}
 	}

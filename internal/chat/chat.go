@@ -3,6 +3,7 @@ package chat
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/ardanlabs/jinja"
 
@@ -117,11 +118,18 @@ const (
 // that has surrounding spaces), Render returns one Special segment and
 // rejects content that contains a special token's text, as BadInput.
 func (t *Template) Render(msgs []Message, addGenerationPrompt bool) ([]Segment, *errkind.Error) {
-	plain, err := t.render(msgs, addGenerationPrompt, false)
+	// One deadline for both renders: Limits.Timeout is what a request
+	// may cost, and a template that nearly ran out the first time would
+	// otherwise take the whole of it again.
+	deadline := now().Add(t.lim.Timeout)
+	plain, err := t.render(msgs, addGenerationPrompt, false, deadline)
 	if err != nil {
 		return nil, err
 	}
-	marked, err := t.render(msgs, addGenerationPrompt, true)
+	marked, err := t.render(msgs, addGenerationPrompt, true, deadline)
+	if err != nil && err.Code == codeLimit {
+		return nil, err // the request's budget ran out in the second render
+	}
 	if err == nil && !contentHasMarks(msgs) {
 		if segs, ok := split(marked); ok && Text(segs) == plain {
 			return segs, nil
@@ -147,11 +155,14 @@ func contentHasMarks(msgs []Message) bool {
 	return false
 }
 
+// codeLimit is the error code of a render stopped by its Limits.
+const codeLimit = "chat_template_limit"
+
 // raised carries raise_exception's message out of the Jinja engine, which
 // wraps errors as text.
 type raised struct{ msg string }
 
-func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.Error) {
+func (t *Template) render(msgs []Message, addGen, mark bool, deadline time.Time) (string, *errkind.Error) {
 	input := len(t.opts.BOS) + len(t.opts.EOS)
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
@@ -173,7 +184,7 @@ func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.E
 	for k, v := range data {
 		vals[k] = jinja.FromGoValue(v)
 	}
-	st := newAccount(t.lim, input)
+	st := newAccount(t.lim, input, deadline)
 	for name, g := range st.guards() {
 		vals[name] = jinja.NewCallable(name, g)
 	}
@@ -192,7 +203,7 @@ func (t *Template) render(msgs []Message, addGen, mark bool) (string, *errkind.E
 		return "", &errkind.Error{Kind: errkind.BadInput, Code: "invalid_value", Param: "messages",
 			Message: "the model's chat template rejected the messages: " + r.msg}
 	case st.err != nil:
-		return "", &errkind.Error{Kind: errkind.Internal, Code: "chat_template_limit",
+		return "", &errkind.Error{Kind: errkind.Internal, Code: codeLimit,
 			Message: "the model's chat template was stopped: " + st.err.msg}
 	case err != nil:
 		return "", errkind.Wrap(errkind.Internal, "chat_template_error", err, "the model's chat template failed to render")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -66,7 +67,7 @@ func renderBoth(src string, data map[string]any, lim Limits) (guarded, bare stri
 		return v
 	}
 	gv := vals()
-	st := newAccount(lim.orDefaults(), 0)
+	st := newAccount(lim.orDefaults(), 0, time.Now().Add(lim.orDefaults().Timeout))
 	for name, f := range st.guards() {
 		gv[name] = jinja.NewCallable(name, f)
 	}
