@@ -101,7 +101,7 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	rt, err := router.New(hctx, router.Options{
 		Prefill: cfg.Peers.Prefill, Decode: cfg.Peers.Decode,
-		Client: auth.HTTPClient(peerauth.RolePrefill, peerauth.RoleDecode), Scheme: auth.Scheme(), Fingerprint: m.Fingerprint(),
+		Auth: auth, Fingerprint: m.Fingerprint(),
 		Own:             engine.Limits{ContextLen: cfg.ContextLen, MaxInputTokens: cfg.MaxInputTokens},
 		TransferTimeout: time.Duration(cfg.Peers.TransferTimeout) * time.Second,
 		Registerer:      met.Registry, Log: log,

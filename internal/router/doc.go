@@ -24,5 +24,11 @@
 //     goes on only after decode's `ready` or prefill's acknowledged
 //     answer, and once decode said `ready` prefill's late failure (every
 //     ACK lost) does not undo it;
-//   - send to an address that is not in its configured peer lists.
+//   - send to an address that is not in its configured peer lists, nor,
+//     with peer auth, to one whose certificate names another role than
+//     the list it is in (a server's Info says what it claims to be; its
+//     certificate what the CA made it);
+//   - send a request to a peer whose announced limits do not admit it:
+//     the router admits what the largest live peers take (Limits), and
+//     pairing picks among the peers that fit.
 package router

@@ -21,13 +21,14 @@ import (
 // "transfers" by signalling the decode peer's pending id; decode then
 // emits tokens 100.. and done. Hooks change behaviour per test.
 type fakeCluster struct {
-	mu        sync.Mutex
-	transfers map[string]chan struct{} // id -> closed when prefill "sent" the KV
-	cancels   map[string][]string      // role -> ids cancelled (acknowledged)
-	prefills  []string                 // ids prefill was asked for
-	prefillOn []int                    // ... and the index of the prefill server asked, in the same order
-	generates []peerapi.GenerateRequest
-	open      atomic.Int32 // generate streams still open
+	mu         sync.Mutex
+	transfers  map[string]chan struct{} // id -> closed when prefill "sent" the KV
+	cancels    map[string][]string      // role -> ids cancelled (acknowledged)
+	prefills   []string                 // ids prefill was asked for
+	prefillOn  []int                    // ... and the index of the prefill server asked, in the same order
+	generates  []peerapi.GenerateRequest
+	generateOn []int        // the index of the decode server asked for each of generates
+	open       atomic.Int32 // generate streams still open
 
 	// hooks
 	reserveErr          *peerapi.Error                             // decode refuses the reservation
@@ -99,6 +100,13 @@ func (f *fakeCluster) admit(role string, i int, req engine.Request) *peerapi.Err
 }
 
 func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server {
+	s := httptest.NewServer(f.handler(role, i))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// handler is the control API of f's peer i of role.
+func (f *fakeCluster) handler(role string, i int) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(peerapi.PathInfo, func(w http.ResponseWriter, r *http.Request) {
 		if f.infoDown != nil && f.infoDown(role, i) {
@@ -170,6 +178,7 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 		json.NewDecoder(r.Body).Decode(&req)
 		f.mu.Lock()
 		f.generates = append(f.generates, req)
+		f.generateOn = append(f.generateOn, i)
 		f.mu.Unlock()
 		f.open.Add(1)
 		defer f.open.Add(-1)
@@ -224,9 +233,7 @@ func (f *fakeCluster) server(t *testing.T, role string, i int) *httptest.Server 
 		send(peerapi.Event{Type: peerapi.EventDone, Finish: engine.FinishLength,
 			Usage: &engine.Usage{PromptTokens: len(req.Prompt), CompletionTokens: f.tokens}})
 	})
-	s := httptest.NewServer(mux)
-	t.Cleanup(s.Close)
-	return s
+	return mux
 }
 
 // refusePeer answers 401 with peerauth's body when role's peerAuthFails

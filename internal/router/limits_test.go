@@ -78,9 +78,10 @@ func TestLimitsFollowAPeerRestart(t *testing.T) {
 
 // TestLengthRefusalRefreshesLimits: a decode peer restarted with a lower
 // context between health checks refuses a request's length at
-// reservation. The router asks it for its Info at once, lowers its limits,
-// and runs the request on the decode peer that still admits it instead of
-// failing it: nothing was reserved by the refusal.
+// reservation. The router asks it for its Info at once, and runs the
+// request on the decode peer that still admits it instead of failing it:
+// nothing was reserved by the refusal. The router's limits stay those of
+// the larger decode, which still takes such requests.
 func TestLengthRefusalRefreshesLimits(t *testing.T) {
 	f, restarted := restartingPeer(RoleDecode, func(in *peerapi.Info) { in.Limits = lowerLimits })
 	r, _ := f.start(t, 1, 2)
@@ -88,8 +89,11 @@ func TestLengthRefusalRefreshesLimits(t *testing.T) {
 	// Pairing alternates between the two idle decode peers, so one of these
 	// goes to the restarted one first.
 	runAll(t, r, []string{"acme", "acme"}, 7, 300)
-	if got := r.Limits(); got != lowerLimits {
-		t.Fatalf("limits after the refusal %+v, want the restarted peer's %+v", got, lowerLimits)
+	if got := r.Peers()[1].Limits; got != lowerLimits {
+		t.Fatalf("the restarted decode's limits after its refusal %+v, want %+v", got, lowerLimits)
+	}
+	if got := r.Limits(); got != fullLimits {
+		t.Fatalf("limits after the refusal %+v, want the other decode's %+v", got, fullLimits)
 	}
 	if n := len(f.generates); n > 3 {
 		t.Fatalf("%d reservations for 2 requests: the refusing peer was asked again", n)
@@ -100,7 +104,8 @@ func TestLengthRefusalRefreshesLimits(t *testing.T) {
 // with a lower input limit refuses a prompt at its own admission, having
 // computed and sent nothing. The router refreshes its limits and moves
 // the prefill leg to a prefill peer that admits the prompt, under the
-// same transfer id and decode reservation.
+// same transfer id and decode reservation. The router's limits stay
+// those of the other prefill, which still takes such prompts.
 func TestPrefillLengthRefusalMovesToAnotherPrefill(t *testing.T) {
 	f, restarted := restartingPeer(RolePrefill, func(in *peerapi.Info) { in.Limits.MaxInputTokens = 100 })
 	r, _ := f.start(t, 2, 1)
@@ -111,8 +116,11 @@ func TestPrefillLengthRefusalMovesToAnotherPrefill(t *testing.T) {
 	if len(f.generates) != 2 || len(f.cancels[RoleDecode]) != 0 {
 		t.Fatalf("%d reservations and decode cancels %v for 2 requests: the reservation was not kept for the other prefill", len(f.generates), f.cancels[RoleDecode])
 	}
-	if r.Limits().MaxInputTokens != 100 {
-		t.Fatalf("limits after the refusal %+v, want max_input_tokens 100", r.Limits())
+	if got := r.Peers()[0].Limits.MaxInputTokens; got != 100 {
+		t.Fatalf("the restarted prefill's max_input_tokens after its refusal: %d, want 100", got)
+	}
+	if got := r.Limits(); got != fullLimits {
+		t.Fatalf("limits after the refusal %+v, want the other prefill's %+v", got, fullLimits)
 	}
 	// At most one call reached the restarted prefill: after its refusal,
 	// pairing skips it. Each request's transfer ran on prefill 1.

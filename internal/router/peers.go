@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
 )
@@ -27,10 +28,20 @@ type peer struct {
 	role string
 	addr string // control address, host:port, exactly as configured
 	base string // scheme://addr
+	// client makes every call to the peer. With peer auth it accepts only
+	// a server certificate of the peer's configured role, so a server of
+	// another role at this address is refused at the TLS handshake rather
+	// than trusted on what its Info says it is.
+	client *http.Client
 
-	mu       sync.Mutex
-	info     peerapi.Info // last successful info
-	up       bool
+	mu   sync.Mutex
+	info peerapi.Info // last successful info
+	up   bool         // pairing may send it requests
+	// counted: the router's limits count this peer as one that can serve
+	// (refreshLimits). It is set with up, but before it when the peer
+	// comes up, so that the limits it brings are in place by the time it
+	// takes a request, and cleared with up.
+	counted  bool
 	fails    int    // consecutive failed health checks or calls
 	why      string // why it is down, for logs and Peers()
 	inflight int    // requests this router has on it now
@@ -51,12 +62,15 @@ type PeerStatus struct {
 	Why      string // why it is down ("" when up)
 	Inflight int
 	Load     peerapi.Load
+	// Limits are those it last announced: it is sent only requests they
+	// admit, whatever the router's own (Router.Limits) admit.
+	Limits engine.Limits
 }
 
 func (p *peer) status() PeerStatus {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PeerStatus{Role: p.role, Addr: p.addr, Up: p.up, Why: p.why, Inflight: p.inflight, Load: p.info.Load}
+	return PeerStatus{Role: p.role, Addr: p.addr, Up: p.up, Why: p.why, Inflight: p.inflight, Load: p.info.Load, Limits: p.info.Limits}
 }
 
 // score is the peer's load for pairing: what it reported plus what this
@@ -90,7 +104,7 @@ func (r *Router) getInfo(ctx context.Context, p *peer) (peerapi.Info, error) {
 	if err != nil {
 		return info, err
 	}
-	resp, err := r.client.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return info, err
 	}
@@ -115,7 +129,7 @@ func (r *Router) post(ctx context.Context, p *peer, path string, body any) (*htt
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	return r.client.Do(req)
+	return p.client.Do(req)
 }
 
 // cancel sends an acknowledged cancel for id to p, retrying until p

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -24,17 +26,24 @@ type Options struct {
 	// peers; the router never sends to any other address. Each list needs
 	// at least one.
 	Prefill, Decode []string
-	// Client makes every control call; it carries the peer credentials
-	// (a TLS client certificate, or a transport that adds the pre-shared
-	// key). Nil uses http.DefaultClient (tests only).
+	// Auth, the router's peer credentials, makes every control call
+	// (https): to a peer listed under Prefill with a client that, under
+	// mtls, accepts only a server certificate of role prefill, and to one
+	// under Decode only one of role decode. A server of the other role
+	// listed in the wrong list is then refused by what the CA signed, not
+	// trusted on its own Info.Role. Auth and Client exclude each other.
+	Auth *peerauth.Auth
+	// Client makes every control call when Auth is nil; nil uses
+	// http.DefaultClient (tests only).
 	Client *http.Client
-	// Scheme is "https" (mutual TLS) or "http"; empty means "http".
+	// Scheme is "https" or "http" for Client; empty means "http". With
+	// Auth it is Auth's.
 	Scheme string
 	// Fingerprint is the router's own model fingerprint (it tokenizes
 	// with that model); every peer must match it. Empty skips the check.
 	Fingerprint string
 	// Own are the router's configured limits; each non-zero field
-	// further lowers the peers' minimum.
+	// further lowers the peers' (see Limits).
 	Own engine.Limits
 	// TransferTimeout bounds a prefill call (reserve to acknowledged
 	// transfer) and how long decode may take to reserve; default 30 s.
@@ -63,15 +72,14 @@ type Options struct {
 // engine.Backend and is safe for concurrent use.
 type Router struct {
 	opts    Options
-	client  *http.Client
 	log     *slog.Logger
 	metrics *routerMetrics
 	prefill []*peer
 	decode  []*peer
 	ref     peerapi.Info // the first peer's info: the deployment's identity
-	// view is the admission limits over every peer's latest Info; lmu
-	// serializes its recomputation (refreshLimits), so the last one
-	// stored saw the latest infos.
+	// view is the admission limits over the serving peers' latest Info;
+	// lmu serializes its recomputation (refreshLimits), so the last one
+	// stored saw the latest state.
 	view atomic.Pointer[limitView]
 	lmu  sync.Mutex
 
@@ -85,16 +93,28 @@ type Router struct {
 
 // New handshakes with every configured peer and starts health checks. It
 // refuses to start, naming every offending peer, when protocol versions,
-// model fingerprints or KV layouts differ, or when a peer never answers.
+// model fingerprints or KV layouts differ, when a peer never answers, or
+// when a peer's certificate names another role than the list it is in.
 func New(ctx context.Context, o Options) (*Router, error) {
 	if len(o.Prefill) == 0 || len(o.Decode) == 0 {
 		return nil, fmt.Errorf("router: needs at least one prefill and one decode peer (have %d prefill, %d decode); set peers.prefill and peers.decode", len(o.Prefill), len(o.Decode))
 	}
-	if o.Client == nil {
-		o.Client = http.DefaultClient
-	}
-	if o.Scheme == "" {
-		o.Scheme = "http"
+	clients := map[string]*http.Client{}
+	switch {
+	case o.Auth != nil && o.Client != nil:
+		return nil, errors.New("router: Options.Auth and Options.Client are both set; the peer credentials make the client")
+	case o.Auth != nil:
+		o.Scheme = o.Auth.Scheme()
+		clients[RolePrefill] = o.Auth.HTTPClient(peerauth.RolePrefill)
+		clients[RoleDecode] = o.Auth.HTTPClient(peerauth.RoleDecode)
+	default:
+		if o.Client == nil {
+			o.Client = http.DefaultClient
+		}
+		if o.Scheme == "" {
+			o.Scheme = "http"
+		}
+		clients[RolePrefill], clients[RoleDecode] = o.Client, o.Client
 	}
 	if o.PrefillSlots <= 0 {
 		o.PrefillSlots = 4
@@ -117,7 +137,7 @@ func New(ctx context.Context, o Options) (*Router, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{opts: o, client: o.Client, log: o.Log, sticky: map[string]string{}}
+	r := &Router{opts: o, log: o.Log, sticky: map[string]string{}}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, set := range []struct {
@@ -131,7 +151,7 @@ func New(ctx context.Context, o Options) (*Router, error) {
 				return nil, fmt.Errorf("router: peer %s is listed twice", a)
 			}
 			seen[a] = true
-			pr := &peer{role: set.role, addr: a, base: o.Scheme + "://" + a}
+			pr := &peer{role: set.role, addr: a, base: o.Scheme + "://" + a, client: clients[set.role]}
 			if set.role == RolePrefill {
 				pr.slots = make(chan struct{}, o.PrefillSlots)
 			}
@@ -151,7 +171,9 @@ func New(ctx context.Context, o Options) (*Router, error) {
 func (r *Router) all() []*peer { return append(append([]*peer{}, r.prefill...), r.decode...) }
 
 // handshake gets every peer's Info (waiting up to StartWait for those
-// that do not answer), checks they agree, and sets the limits.
+// that do not answer), checks they agree, and sets the limits. A peer
+// whose certificate names another role than its list fails it at once:
+// waiting would not change the certificate.
 func (r *Router) handshake(ctx context.Context) error {
 	peers := r.all()
 	infos := make([]peerapi.Info, len(peers))
@@ -172,11 +194,18 @@ func (r *Router) handshake(ctx context.Context) error {
 			}()
 		}
 		wg.Wait()
-		var missing []string
+		var missing, wrong []string
 		for i, p := range peers {
-			if errs[i] != nil {
+			switch {
+			case errs[i] == nil:
+			case errors.Is(errs[i], peerauth.ErrRole):
+				wrong = append(wrong, fmt.Sprintf("%s %s: %s", p.role, p.addr, roleRefusal(p, errs[i])))
+			default:
 				missing = append(missing, fmt.Sprintf("%s %s (%v)", p.role, p.addr, errs[i]))
 			}
+		}
+		if len(wrong) > 0 {
+			return fmt.Errorf("router: refusing to start: peers are not the servers their lists say:\n  %s", strings.Join(wrong, "\n  "))
 		}
 		if len(missing) == 0 {
 			break
@@ -196,7 +225,7 @@ func (r *Router) handshake(ctx context.Context) error {
 			bad = append(bad, fmt.Sprintf("%s %s %s", p.role, p.addr, why))
 			continue
 		}
-		p.info, p.up = infos[i], true
+		p.info, p.up, p.counted = infos[i], true, true
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("router: refusing to start: the peers do not form one deployment (reference: %s %s, model %s, fingerprint %s, protocol %d, %d layers × kv_dim %d, kv dtype %s):\n  %s",
@@ -209,16 +238,22 @@ func (r *Router) handshake(ctx context.Context) error {
 	return nil
 }
 
-// Limits are the tightest limits over every peer (and the router's own),
-// as the peers last described themselves: a request admitted against them
-// fits whichever pair runs it. They follow the peers (refreshLimits): a
-// peer restarted with lower limits lowers them.
+// Limits are the largest request some serving pair can take, as the
+// peers last described themselves (viewOf), lowered by the router's own:
+// per field, the largest limit over the peers of each role that are up,
+// and the smallest of those over the two roles. Peers that are down take
+// no request and do not count; with no peer of a role up, that role's
+// last known limits do. Pairing sends a request only to peers whose own
+// limits admit it, so a small peer takes only what it fits, and one that
+// no serving peer fits is refused there before anything is reserved.
+// They follow the peers (refreshLimits): they fall when a larger peer
+// goes down or restarts with lower limits, and rise when it returns.
 func (r *Router) Limits() engine.Limits { return r.view.Load().limits }
 
 // TenantTokens implements engine.TenantLimiter: the smallest of the
-// peers' advertised per-tenant limits (peerapi.Info.TenantTokens), so a
-// request that sends no max_tokens is sized to what its tenant may hold
-// on whichever pair runs it.
+// serving peers' advertised per-tenant limits (peerapi.Info.TenantTokens),
+// so a request that sends no max_tokens is sized to what its tenant may
+// hold on whichever pair runs it.
 func (r *Router) TenantTokens(tenant string) (int, bool) {
 	n, ok := r.view.Load().tenantTokens[tenant]
 	return n, ok
@@ -293,6 +328,12 @@ func (r *Router) checkWithin(p *peer, d time.Duration) {
 	if r.ctx.Err() != nil {
 		return
 	}
+	if errors.Is(err, peerauth.ErrRole) {
+		// Another server now answers at this address (redeployed with
+		// another role's certificate): no retry changes a certificate.
+		r.setDown(p, "wrong certificate role: "+roleRefusal(p, err))
+		return
+	}
 	if err != nil {
 		r.failed(p, err.Error())
 		return
@@ -304,15 +345,23 @@ func (r *Router) checkWithin(p *peer, d time.Duration) {
 		return
 	}
 	p.mu.Lock()
-	changed := limitsChanged(p.info, info)
-	p.info, p.fails = info, 0
+	changed := limitsChanged(p.info, info) || !p.counted
+	p.info, p.fails, p.counted = info, 0, true
 	p.mu.Unlock()
 	if changed {
-		// Before the peer is (again) up: a peer back from a restart with
-		// lower limits gets no request admitted against its old ones.
+		// Before the peer is (again) up: the limits count what it
+		// announces now, so a peer back from a restart with lower limits
+		// gets no request admitted against its old ones, and one that
+		// brings larger limits has them counted by its first request.
 		r.refreshLimits()
 	}
 	p.mu.Lock()
+	if !p.counted {
+		// A failed call marked it down meanwhile; that came after this
+		// Info, and the next health check judges it again.
+		p.mu.Unlock()
+		return
+	}
 	wasUp := p.up
 	p.up, p.why = true, ""
 	p.mu.Unlock()
@@ -333,11 +382,16 @@ func (r *Router) failed(p *peer, why string) {
 	}
 }
 
+// setDown takes p out of pairing and out of the limits: a down peer
+// takes no request, so its limits must not bound those of the others.
 func (r *Router) setDown(p *peer, why string) {
 	p.mu.Lock()
-	wasUp := p.up
-	p.up, p.why = false, why
+	wasUp, wasCounted := p.up, p.counted
+	p.up, p.counted, p.why = false, false, why
 	p.mu.Unlock()
+	if wasCounted {
+		r.refreshLimits()
+	}
 	if wasUp {
 		r.log.Warn("peer is down", "role", p.role, "peer", p.addr, "why", why)
 		r.metrics.setUp(p, false)
@@ -350,8 +404,8 @@ func (r *Router) setDown(p *peer, why string) {
 // load, the one this tenant used last is preferred (its prefix cache may
 // hold the tenant's prompt; the cache is per tenant, so this never pairs
 // across tenants). When healthy peers of a role exist but none admits
-// req, the error is the rejection such a peer would give, before anything
-// is reserved.
+// req, the error is their rejection (refusal), before anything is
+// reserved; with none healthy, a 503.
 func (r *Router) pick(req engine.Request) (d, p *peer, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -376,27 +430,30 @@ func (r *Router) pick(req engine.Request) (d, p *peer, err error) {
 
 // leastLoaded is the least-loaded healthy peer of ps that admits req and
 // is not in skip (see pick for prefer). When there is none, rej is the
-// rejection of a healthy peer that did not admit req, if any.
+// rejection for req by the healthy peers that did not admit it (refusal),
+// if any.
 func (r *Router) leastLoaded(ps []*peer, prefer string, req engine.Request, skip map[*peer]bool) (best *peer, rej *errkind.Error) {
 	type cand struct {
 		p     *peer
 		score int
 	}
 	var cs []cand
+	var refused []int
 	for i := range ps {
-		p := ps[(i+r.rr)%len(ps)]
+		k := (i + r.rr) % len(ps)
+		p := ps[k]
 		s, up := p.score()
 		if !up || skip[p] {
 			continue
 		}
-		if e := p.admits(req); e != nil {
-			rej = e
+		if p.admits(req) != nil {
+			refused = append(refused, k)
 			continue
 		}
 		cs = append(cs, cand{p, s})
 	}
 	if len(cs) == 0 {
-		return nil, rej
+		return nil, refusal(req, ps, refused)
 	}
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].score < cs[j].score })
 	for _, c := range cs {
@@ -405,6 +462,42 @@ func (r *Router) leastLoaded(ps []*peer, prefer string, req engine.Request, skip
 		}
 	}
 	return cs[0].p, nil
+}
+
+// refusal is the rejection for req by the healthy peers ps[k], k in
+// refused, none of which admits it: the one their loosest limits give,
+// which names the largest limit the client could meet, the same whichever
+// peer pairing looked at first; or, when their limits cross (each refuses
+// req for another field), the first one's in configuration order. It is
+// nil when refused is empty.
+func refusal(req engine.Request, ps []*peer, refused []int) *errkind.Error {
+	if len(refused) == 0 {
+		return nil
+	}
+	slices.Sort(refused)
+	lim := ps[refused[0]].limits()
+	for _, k := range refused[1:] {
+		lim = loosest(lim, ps[k].limits())
+	}
+	if _, rej := engine.Admit(req, lim); rej != nil {
+		return rej
+	}
+	return ps[refused[0]].admits(req)
+}
+
+// roleRefusal is what the refusal of p's certificate for its role says,
+// without the HTTP client's wrapping (the URL, the method).
+func roleRefusal(p *peer, err error) string {
+	why := err
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e == peerauth.ErrRole {
+			break
+		}
+		if errors.Is(e, peerauth.ErrRole) {
+			why = e
+		}
+	}
+	return fmt.Sprintf("it is listed under peers.%s, but %v", p.role, why)
 }
 
 func release(d, p *peer) {
