@@ -119,6 +119,25 @@ func TestPrefillErrorIsReturnedAfterDecodeCancelled(t *testing.T) {
 	waitZero(t, &f.open)
 }
 
+// TestPeerProtocolErrorIsNotTheClients: a prefill whose transfer failed
+// on a protocol violation (BadInput inside the protocol) is a failure
+// between the servers; the client gets a 502, not a 400 for a request it
+// sent correctly. Context-length refusals stay the client's (above).
+func TestPeerProtocolErrorIsNotTheClients(t *testing.T) {
+	for _, code := range []string{"transfer_protocol", "transfer_unknown_id", "transfer_replayed_id"} {
+		f := newFake()
+		f.prefillErr = &peerapi.Error{Kind: "bad_input", Code: code, Message: "kv transfer: frame seq 9 out of range"}
+		r, _ := f.start(t, 1, 1)
+		st, err := r.Submit(context.Background(), admitted(t, "acme", 7, 3))
+		if st != nil || err == nil {
+			t.Fatal("a failed prefill gave a stream")
+		}
+		if e := errkind.Of(err); e.Kind != errkind.Unavailable || e.Code != code || e.Message != f.prefillErr.Message {
+			t.Fatalf("%s: got %+v, want an Unavailable error keeping the peer's code and message", code, e)
+		}
+	}
+}
+
 func TestReservationRefusedStopsThere(t *testing.T) {
 	f := newFake()
 	f.reserveErr = &peerapi.Error{Kind: "quota", Code: "tenant_kv_quota", Message: "over quota"}

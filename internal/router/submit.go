@@ -70,10 +70,30 @@ func (r *Router) Submit(ctx context.Context, a engine.Admitted) (*engine.Stream,
 	if e != nil {
 		x.finish()
 		r.metrics.failure("prefill")
-		return nil, e
+		return nil, peerFault(e)
 	}
 	go x.stream(ctx)
 	return x.st, nil
+}
+
+// peerFault keeps the transfer protocol's complaints about a peer from
+// reaching the client as the client's own mistake. Inside the transfer
+// protocol a frame out of order or out of range, an unknown transfer and
+// a reused ID are bad input from the other peer (BadInput), but the
+// client sent none of it: to the client they are a failure between the
+// servers, a 502 like a lost peer, with the peer's message kept for the
+// operator's logs.
+func peerFault(e *errkind.Error) *errkind.Error {
+	if e == nil || e.Kind != errkind.BadInput {
+		return e
+	}
+	switch e.Code {
+	case transfer.CodeProtocol, transfer.CodeUnknownID, transfer.CodeReplayed:
+		c := *e
+		c.Kind, c.Param = errkind.Unavailable, ""
+		return &c
+	}
+	return e
 }
 
 // takeSlot waits for a prefill slot on p; false when ctx ended first.
