@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -314,6 +315,15 @@ func TestModelsGet(t *testing.T) {
 	m, err := h.client(keyA).Models.Get(ctx, list.Data[0].ID)
 	if err != nil || m.ID != list.Data[0].ID || m.OwnedBy != "bulkhead" {
 		t.Fatalf("get %q: %+v %v", list.Data[0].ID, m, err)
+	}
+	// The context, as vLLM names it (ContextLen 64 in newHarness).
+	for _, raw := range []string{list.Data[0].RawJSON(), m.RawJSON()} {
+		var o struct {
+			MaxModelLen int `json:"max_model_len"`
+		}
+		if err := json.Unmarshal([]byte(raw), &o); err != nil || o.MaxModelLen != 64 {
+			t.Fatalf("model object %s: max_model_len %d (%v), want 64", raw, o.MaxModelLen, err)
+		}
 	}
 	_, err = h.client(keyA).Models.Get(ctx, "gpt-4o")
 	if e := apiError(t, err, 404); e.Code != "model_not_found" || !strings.Contains(e.Message, `"gpt-4o"`) {

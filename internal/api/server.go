@@ -286,8 +286,17 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, c *call) {
 	writeJSON(w, http.StatusOK, s.modelObject())
 }
 
+// modelObject is OpenAI's model object, plus max_model_len: the longest
+// prompt and completion together this server takes now, under the name
+// vLLM and SGLang give it, so that clients that size requests from it
+// (and bulkhead audit) need not be told. Behind a router it follows the
+// live peers.
 func (s *Server) modelObject() map[string]any {
-	return map[string]any{"id": s.opts.ModelName, "object": "model", "created": s.created, "owned_by": "bulkhead"}
+	o := map[string]any{"id": s.opts.ModelName, "object": "model", "created": s.created, "owned_by": "bulkhead"}
+	if n := s.backend.Limits().ContextLen; n > 0 {
+		o["max_model_len"] = n
+	}
+	return o
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
