@@ -50,6 +50,10 @@ type Model struct {
 	// nil (RandomStream's) when the writer reaches it, so that a model
 	// larger than memory can be written.
 	source func(i int) ([]byte, error)
+	// written, when set, is told each tensor the writer is done with, so
+	// that a memory-mapped checkpoint can hand back its pages and a
+	// conversion holds one tensor, not the whole file, in memory.
+	written func(i int)
 }
 
 // tensorData returns the F32 bytes of tensor i.
@@ -229,7 +233,13 @@ func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType
 	}
 	var rc recoder
 	var dataErr error
+	done := func(i int) {
+		if m.written != nil && i >= 0 {
+			m.written(i)
+		}
+	}
 	err := gguf.WriteFunc(w, Metadata(m, ft), descs, func(i int) ([]byte, error) {
+		done(i - 1) // WriteFunc has written it before asking for the next
 		src, err := m.tensorData(i)
 		if err == nil {
 			var out []byte
@@ -240,6 +250,9 @@ func write(w io.Writer, m *Model, ft uint32, pick func(name string) tensor.DType
 		dataErr = err
 		return nil, err
 	})
+	if err == nil {
+		done(len(descs) - 1)
+	}
 	if err != nil && err != dataErr {
 		return fmt.Errorf("convert: %w", err)
 	}

@@ -3,6 +3,8 @@ package convert
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"io"
 	"math"
 	"runtime"
 	"strings"
@@ -268,5 +270,36 @@ func TestRecode(t *testing.T) {
 	}
 	if _, err := Recode(src, tensor.Q4_K); err == nil { // 64-wide rows
 		t.Error("Recode to Q4_K of 64-wide rows succeeded")
+	}
+}
+
+// The writer reports each tensor once it has been written, in order and
+// before it asks for the next, so that a memory-mapped checkpoint can hand
+// back each tensor's pages as the conversion moves on (FromLlama2C wires
+// this to llama2c's Evict); the last is reported when the file is done.
+func TestWriteReportsWrittenTensors(t *testing.T) {
+	m, err := RandomStream(tiny, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	source := m.source
+	m.source = func(i int) ([]byte, error) {
+		events = append(events, fmt.Sprintf("read %d", i))
+		return source(i)
+	}
+	m.written = func(i int) { events = append(events, fmt.Sprintf("written %d", i)) }
+	var want []string
+	for i := range m.Tensors {
+		want = append(want, fmt.Sprintf("read %d", i), fmt.Sprintf("written %d", i))
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.Q8_0} {
+		events = nil
+		if err := WriteGGUF(io.Discard, m, dt); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(events, ", ") != strings.Join(want, ", ") {
+			t.Errorf("%s: events %v, want %v", dt, events, want)
+		}
 	}
 }

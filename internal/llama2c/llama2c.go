@@ -4,7 +4,8 @@
 // It owns the byte layout of that format and names each weight with its
 // GGUF tensor name, so the rest of Bulkhead (the model builder, the GGUF
 // converter) deals with one naming scheme. It never copies weights: tensors
-// alias the bytes it is given. It never interprets them either.
+// alias the bytes it is given, or the file Open maps. It never interprets
+// them either.
 package llama2c
 
 import (
@@ -38,6 +39,10 @@ type Checkpoint struct {
 	// and GGML shapes (innermost first). output.weight is present only when
 	// the classifier is not shared.
 	Tensors []tensor.Tensor
+
+	spans  [][2]int     // each tensor's byte range in the file, for Evict
+	mapped []byte       // the file's mapping, when Open made one
+	unmap  func() error // releases mapped
 }
 
 // Parse validates data as a llama2.c checkpoint and returns views of its
@@ -86,6 +91,7 @@ func Parse(name string, data []byte) (*Checkpoint, error) {
 		}
 		if tname != "" {
 			c.Tensors = append(c.Tensors, tensor.Tensor{Name: tname, Type: tensor.F32, Shape: shape, Data: data[off:end:end]})
+			c.spans = append(c.spans, [2]int{off, end})
 		}
 		off = end
 	}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The most memory a real convert process holds while converting a
+// checkpoint stays well under the checkpoint's size: it is mapped, not
+// read (TestConvertCheckpointStreams checks the heap), and each tensor's
+// pages are handed back once it is written. Without that a mapped
+// checkpoint ends up wholly resident, counted against the process by
+// monitors and by the out-of-memory killer, though the kernel could
+// reclaim it.
+//
+// The peak is the kernel's (VmHWM), so no sampling can miss it. It is read
+// while the process is alive: ru_maxrss after exit would also count the
+// test process, whose memory a child started with vfork inherits as its
+// high-water mark. The output is a pipe, and the test stops reading 4 MB
+// before the end, which keeps the process blocked on its last writes with
+// all but the last few tensors converted.
+func TestConvertCheckpointPeakRSS(t *testing.T) {
+	bin := bulkheadBinary(t)
+	dir := t.TempDir()
+	shape := streamShape
+	shape.Layers = 8 // 110 MB: far above a Go process's own 10-20 MB
+	ckpt, tok, size := writeCheckpoint(t, dir, shape)
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	const held = 4 << 20
+	for _, typ := range []string{"f32", "q8_0"} {
+		ref := filepath.Join(dir, "ref.gguf")
+		if _, errOut, code := runCLI(t, "convert", "--checkpoint", ckpt, "--tokenizer", tok, "--type", typ, "--out", ref); code != 0 {
+			t.Fatalf("convert --type %s: exit %d: %s", typ, code, errOut)
+		}
+		fi, err := os.Stat(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(ref)
+
+		hwm, err := peakWhileWriting(bin, fifo, fi.Size()-held, "convert", "--checkpoint", ckpt, "--tokenizer", tok, "--type", typ, "--out", fifo)
+		if err != nil {
+			t.Fatalf("--type %s: %v", typ, err)
+		}
+		t.Logf("--type %s: peak RSS %d bytes converting a %d-byte checkpoint", typ, hwm, size)
+		if hwm > size/2 {
+			t.Errorf("--type %s: converting a %d-byte checkpoint peaked at %d bytes resident; want under %d", typ, size, hwm, size/2)
+		}
+	}
+}
+
+// peakWhileWriting runs bin with args, which write to the named pipe fifo,
+// reads first bytes from the pipe, and returns the process's VmHWM then;
+// it then reads the pipe until the process exits.
+func peakWhileWriting(bin, fifo string, first int64, args ...string) (int64, error) {
+	// Opened read-write, so neither this open nor the writer's blocks.
+	r, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	cmd := exec.Command(bin, args...)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	read := func(n int64) error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := io.CopyN(io.Discard, r, n)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case err := <-exited:
+			r.Close() // unblocks the reader
+			return fmt.Errorf("exited before writing %d more bytes: %v\n%s", n, err, stderr.String())
+		case <-time.After(time.Minute):
+			cmd.Process.Kill()
+			r.Close()
+			return fmt.Errorf("did not write %d more bytes within a minute", n)
+		}
+	}
+	if err := read(first); err != nil {
+		return 0, err
+	}
+	hwm, hwmErr := vmHWM(cmd.Process.Pid)
+	// The rest of the file, to EOF: the test holds a write end too, so
+	// the drain ends when the process does, not at end of file.
+	go io.Copy(io.Discard, r)
+	select {
+	case err := <-exited:
+		if err != nil {
+			return 0, fmt.Errorf("%v\n%s", err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		return 0, fmt.Errorf("still running a minute after its output was drained")
+	}
+	return hwm, hwmErr
+}
+
+// vmHWM reads a process's peak resident set size from /proc.
+func vmHWM(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range bytes.Lines(b) {
+		if rest, ok := bytes.CutPrefix(line, []byte("VmHWM:")); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(string(rest)), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no VmHWM line", pid)
+}

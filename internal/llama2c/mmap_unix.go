@@ -1,0 +1,59 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package llama2c
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// mmapped reports that Open maps files rather than reading them.
+const mmapped = true
+
+// mapFile maps path read-only and returns its bytes and a function that
+// unmaps them, as package gguf maps model files. Writes through the slice
+// fault, which is the point: a checkpoint is never modified.
+func mapFile(path string) ([]byte, func() error, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, nil, withoutPath(err)
+	}
+	// The mapping outlives the descriptor.
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, nil, withoutPath(err)
+	}
+	size := st.Size()
+	if !st.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("not a regular file (mode %v)", st.Mode())
+	}
+	if size == 0 {
+		// mmap rejects empty lengths; Parse reports the truncation.
+		return nil, func() error { return nil }, nil
+	}
+	if size > math.MaxInt {
+		return nil, nil, fmt.Errorf("file is %d bytes, more than this platform can map", size)
+	}
+	data, err := unix.Mmap(int(fh.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mmap %d bytes: %w", size, err)
+	}
+	return data, func() error { return unix.Munmap(data) }, nil
+}
+
+// dropPages advises the kernel that bytes [lo, hi) of a mapping from
+// mapFile are not needed. Only whole pages are dropped, and not the one
+// holding hi, where the next tensor starts. The advice is a hint: a
+// failure leaves the pages resident, which costs memory, not correctness,
+// so it is not reported.
+func dropPages(mapped []byte, lo, hi int) {
+	page := os.Getpagesize()
+	lo, hi = lo/page*page, hi/page*page
+	if lo < hi {
+		_ = unix.Madvise(mapped[lo:hi], unix.MADV_DONTNEED)
+	}
+}

@@ -1,0 +1,68 @@
+package llama2c
+
+import (
+	"fmt"
+	"io/fs"
+)
+
+// Open memory-maps the checkpoint at path read-only and parses it, as
+// gguf.Open does for GGUF files: the tensors' Data alias the mapping, so
+// opening costs address space, not memory, whatever the checkpoint's size
+// (a 7B model is 27 GB of float32). Pages are read from the file as the
+// tensors are used; Evict hands back those of a tensor done with.
+//
+// Close unmaps the file, after which no tensor's Data may be touched. The
+// file must not be truncated or rewritten while it is open: the mapping
+// would then fault on access, which no check here can prevent. On
+// platforms without mmap the file is read into memory instead.
+func Open(path string) (*Checkpoint, error) {
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("llama2c %s: %w", path, err)
+	}
+	c, err := Parse(path, data)
+	if err != nil {
+		if uerr := unmap(); uerr != nil {
+			return nil, fmt.Errorf("%w (and unmap: %v)", err, uerr)
+		}
+		return nil, err
+	}
+	c.mapped, c.unmap = data, unmap
+	return c, nil
+}
+
+// Close unmaps a checkpoint from Open; for one from Parse it does nothing.
+// Closing twice is harmless.
+func (c *Checkpoint) Close() error {
+	unmap := c.unmap
+	c.mapped, c.unmap = nil, nil
+	if unmap == nil {
+		return nil
+	}
+	return unmap()
+}
+
+// Evict tells the kernel that tensor i of a checkpoint from Open will not
+// be read again soon, so the pages it was read into leave this process's
+// resident set. Without it a conversion that reads every tensor once ends
+// with the whole checkpoint resident: clean file pages the kernel could
+// reclaim, but counted as the process's memory by monitors and by the
+// out-of-memory killer's choice of victim. The data stay valid; touching
+// them again reads them back. For a checkpoint from Parse, or where the
+// platform cannot be told, it does nothing.
+func (c *Checkpoint) Evict(i int) {
+	if c.mapped == nil || i < 0 || i >= len(c.spans) {
+		return
+	}
+	dropPages(c.mapped, c.spans[i][0], c.spans[i][1])
+}
+
+// withoutPath drops the path from an *fs.PathError, which Open's own
+// prefix already names: "llama2c m.bin: no such file or directory", not
+// "llama2c m.bin: open m.bin: no such file or directory".
+func withoutPath(err error) error {
+	if pe, ok := err.(*fs.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
