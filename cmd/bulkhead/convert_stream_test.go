@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/embedded"
 	"github.com/bulkhead-llm/bulkhead/internal/llama2c"
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 )
 
 // streamShape is a llama2.c shape of 56 MB of float32 whose largest tensor
@@ -81,5 +82,29 @@ func TestConvertCheckpointStreams(t *testing.T) {
 		if alloc > size/4 {
 			t.Errorf("--type %s: converting a %d-byte checkpoint allocated %d bytes; want under %d (the checkpoint must be mapped, not read)", typ, size, alloc, size/4)
 		}
+	}
+}
+
+// Serving a llama2.c checkpoint maps it as GGUF files are mapped: opening
+// allocates a small fraction of its size, where reading it whole (as Open
+// did) allocated all of it, beside the page cache's own copy.
+func TestOpenCheckpointMaps(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, tok, size := writeCheckpoint(t, dir, streamShape)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m, err := model.Open(ckpt, tok)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Config.Dim != streamShape.Dim {
+		t.Fatalf("loaded dim %d, want %d", m.Config.Dim, streamShape.Dim)
+	}
+	alloc := int64(after.TotalAlloc - before.TotalAlloc)
+	t.Logf("opening a %d-byte checkpoint allocated %d bytes", size, alloc)
+	if alloc > size/4 {
+		t.Fatalf("opening a %d-byte checkpoint allocated %d bytes; it should map the file, not read it", size, alloc)
 	}
 }

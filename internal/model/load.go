@@ -58,16 +58,23 @@ func Open(path, tokenizerPath string) (*Model, error) {
 	if tokenizerPath == "" {
 		return nil, fmt.Errorf("model %s: not a GGUF file, and a llama2.c checkpoint needs --tokenizer", path)
 	}
-	ckpt, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
 	tok, err := os.ReadFile(tokenizerPath)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
+	// Mapped, as GGUF files are: the weights stay in the page cache,
+	// shared and read on use, rather than copied onto the heap beside it.
+	c, err := llama2c.Open(path)
+	if err != nil {
+		return nil, err
+	}
 	name := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	return FromLlama2CFile(name, path, ckpt, tokenizerPath, tok)
+	m, err := fromCheckpoint(name, path, c, tokenizerPath, tok)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 // FromLlama2C builds a model from a llama2.c checkpoint and tokenizer held
@@ -82,6 +89,12 @@ func FromLlama2CFile(name, ckptPath string, ckpt []byte, tokPath string, tok []b
 	if err != nil {
 		return nil, err
 	}
+	return fromCheckpoint(name, ckptPath, c, tokPath, tok)
+}
+
+// fromCheckpoint builds a model over a parsed checkpoint, whose tensors it
+// keeps; ckptPath and tokPath name the files in errors.
+func fromCheckpoint(name, ckptPath string, c *llama2c.Checkpoint, tokPath string, tok []byte) (*Model, error) {
 	t, err := tokenizer.FromLlama2C(tok, c.Vocab)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %s: %w", tokPath, err)
