@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // command is one subcommand: a one-line summary and a run function that
@@ -65,6 +66,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "bulkhead %s: %v\n", name, err)
 		return 2
+	case errors.As(err, new(interrupted)):
+		// 128 + the signal, as a shell reports a command a signal ended:
+		// the work stopped because it was asked to, not because it failed.
+		fmt.Fprintf(stderr, "bulkhead %s: %v\n", name, err)
+		var ie interrupted
+		errors.As(err, &ie)
+		if n, ok := ie.sig.(syscall.Signal); ok {
+			return 128 + int(n)
+		}
+		return 1
 	default:
 		fmt.Fprintf(stderr, "bulkhead %s: %v\n", name, err)
 		return 1
