@@ -13,15 +13,28 @@
 // any work for it.
 //
 // Who may ask for what (under mtls, by the role in the peer's
-// certificate): only the router reserves, generates, cancels and reads
-// info on the control listener; only prefill servers open KV streams; any
+// certificate): only the router reserves, generates, cancels, moves a
+// reservation to another prefill (expect) and reads info on the control
+// listener; only prefill servers open KV streams; any
 // peer role may read /metrics there (it names every tenant), and
 // /health and /ready need nothing. Under psk every key holder is every
 // role (peerauth).
 //
+// Each KV connection's identity (the SHA-256 of its certificate's public
+// key, peerauth.ConnKeyIdentity) is taken at the handshake and passed with
+// every frame; a reservation names the prefill the router chose
+// (GenerateRequest.PrefillIdentity), and the Table refuses every frame
+// for it from another, which decode counts (kv_wrong_sender_total) and
+// logs with both identities' prefixes (a prefill server logs its own,
+// peer_key, when it starts). Under psk every key holder has the
+// same identity, so this separates no prefills there.
+//
 // It must never decode a sequence that did not verify, never free a page
 // while a write into it may still land (the Table's Release decides), never
-// accept KV for an id it did not reserve, never serve without peer
+// accept KV for an id it did not reserve, nor from a prefill other than
+// the one the reservation names (not even a corrupted frame may cancel an
+// unopened reservation unless its connection is that prefill's), never
+// serve without peer
 // authentication, never let a frame a prefill does not send (CANCEL,
 // RESERVE, ...) reach the Table from a KV connection, where it would act
 // as the router's, and never drop a KV stream over a corrupted frame

@@ -74,6 +74,16 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 		ev.fail(err)
 		return
 	}
+	// The prefill the router chose: only it may open the transfer. Empty
+	// is a router that names none (any prefill may); anything else that
+	// does not parse is refused, never taken as naming no one.
+	var sender transfer.Identity
+	if req.PrefillIdentity != "" {
+		if sender, err = transfer.ParseIdentity(req.PrefillIdentity); err != nil {
+			ev.fail(errkind.Wrap(errkind.BadInput, "invalid_request", err, err.Error()))
+			return
+		}
+	}
 	// The tenant's concurrent-request limit, before anything is reserved:
 	// a request refused only by the engine would have had prefill compute
 	// and ship its whole prompt first (see tenantSlots). The slot is given
@@ -95,7 +105,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	// explicit cancel.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rs, err := s.reserve(id, req.Tenant, n, maxNew)
+	rs, err := s.reserve(id, req.Tenant, n, maxNew, sender)
 	if err != nil {
 		ev.fail(err)
 		return
@@ -255,8 +265,9 @@ func (s *Server) admit(req peerapi.GenerateRequest) (transfer.ID, engine.Admitte
 }
 
 // reserve allocates the whole sequence for n+maxNew tokens (all or
-// nothing) and registers the reservation with the Table, on the loop.
-func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int) (*reservation, error) {
+// nothing) and registers the reservation with the Table, on the loop,
+// for sender to fill (zero: any prefill).
+func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int, sender transfer.Identity) (*reservation, error) {
 	var rs *reservation
 	var rerr error
 	ok := s.call(func() {
@@ -276,6 +287,7 @@ func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int) (*reserva
 		err = s.table.Reserve(transfer.Reservation{
 			ID: id, Tenant: tenant, Tokens: n, MaxNew: maxNew, Layers: s.layers, KVDim: s.kvDim,
 			Deadline: s.now() + secs(timeout), Window: s.cfg.Peers.Window, MaxFrameBytes: s.cfg.Peers.FrameBytes,
+			Sender: sender,
 		})
 		if err != nil {
 			seq.Free()

@@ -15,7 +15,11 @@ import (
 
 // kvConn is one authenticated KV stream from a prefill server.
 type kvConn struct {
-	id   uint64
+	id uint64
+	// from is who the connection authenticated as (its certificate's
+	// key): a reservation that names its prefill takes frames only from a
+	// connection that presents that one.
+	from transfer.Identity
 	c    transfer.Conn
 	out  chan *transfer.Frame // a nil frame: close once everything before it is written
 	once sync.Once
@@ -158,11 +162,16 @@ func (s *Server) serveKV(ctx context.Context, nc net.Conn) {
 		nc.Close()
 		return
 	}
+	// Taken once, at the handshake: the identity a connection's frames
+	// are judged by cannot change while it lives. A handshake that passed
+	// Authorize always carries a certificate; without one the zero
+	// identity matches only reservations that name no sender.
+	from, _ := peerauth.ConnKeyIdentity(nc)
 	var c transfer.Conn = transfer.NewTCPConn(nc, transfer.TCPOptions{MaxFrameBytes: s.cfg.Peers.FrameBytes})
 	if s.opts.Faults != (transfer.FaultSpec{}) {
 		c = transfer.WithFaults(c, s.opts.Faults)
 	}
-	kc := &kvConn{id: s.nextPeer.Add(1), c: c, out: make(chan *transfer.Frame, 1024), done: make(chan struct{}),
+	kc := &kvConn{id: s.nextPeer.Add(1), from: from, c: c, out: make(chan *transfer.Frame, 1024), done: make(chan struct{}),
 		bound: map[transfer.ID]bool{}}
 	if !s.post(func() {
 		s.conns[kc.id] = kc
@@ -255,7 +264,7 @@ func (s *Server) frameIn(kc *kvConn, f *transfer.Frame) {
 		r := s.table.Receiver(id)
 		reserved = r != nil && r.Unopened()
 	}
-	s.step(transfer.FrameIn{Peer: kc.id, Frame: f})
+	s.step(transfer.FrameIn{Peer: kc.id, From: kc.from, Frame: f})
 	if reserved {
 		if r := s.table.Receiver(id); r == nil || !r.Unopened() {
 			kc.bound[id] = true
@@ -271,10 +280,13 @@ func (s *Server) frameIn(kc *kvConn, f *transfer.Frame) {
 //   - the transfer the header claims, through the Receiver (which checks
 //     that it is bound to this connection);
 //   - a claimed reservation that no stream has opened yet (the bad frame
-//     was its OPEN). The id is not covered by a verified checksum, but
+//     was its OPEN), when this connection presents the prefill the
+//     reservation names. The id is not covered by a verified checksum, but
 //     only an authenticated peer can send it, and a corrupted id matches
 //     no live 128-bit id; the transfer could not succeed anyway, since
-//     its sender's one connection is about to close;
+//     its sender's one connection is about to close. From another prefill
+//     it is refused like any frame of theirs (counted, logged), so that a
+//     deliberately damaged frame is no way around the sender check;
 //   - every other transfer this connection opened, since a frame whose
 //     header is unreadable names none;
 //   - and, with an ABORT under the zero id (which prefill's Sender takes as
@@ -284,7 +296,9 @@ func (s *Server) frameIn(kc *kvConn, f *transfer.Frame) {
 func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 	reason := errkind.New(errkind.Integrity, transfer.CodeChecksum, "kv transfer: corrupted frame from prefill: %v", fe)
 	if fe.HasID {
-		if r := s.table.Receiver(fe.ID); r != nil && r.Unopened() {
+		if r := s.table.Receiver(fe.ID); r != nil && r.Unopened() && !r.Accepts(kc.from) {
+			s.wrongSender(transfer.SenderRefused{ID: fe.ID, Peer: kc.id, Type: transfer.TypeOpen, Presented: kc.from, Expected: r.Sender()})
+		} else if r != nil && r.Unopened() {
 			s.step(transfer.Cancel{ID: fe.ID, Reason: reason})
 			kc.send(&transfer.Frame{Type: transfer.TypeAbort, ID: fe.ID, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
 		} else {
@@ -298,6 +312,16 @@ func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 	}
 	kc.send(&transfer.Frame{Type: transfer.TypeAbort, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
 	kc.closeWhenFlushed()
+}
+
+// wrongSender counts and logs a frame refused because its connection is
+// not the prefill the router chose for the transfer (loop only). It names
+// both by key prefix (transfer.Identity.Short): enough to find the
+// certificates, nothing secret.
+func (s *Server) wrongSender(a transfer.SenderRefused) {
+	s.sendersRefused.Inc()
+	s.log.Warn("kv frame refused: the transfer is reserved for another prefill (wrong prefill)", "id", a.ID.String(), "peer", a.Peer,
+		"type", a.Type.String(), "expected_prefill", a.Expected.Short(), "presented_prefill", a.Presented.Short())
 }
 
 func clip(s string) string {

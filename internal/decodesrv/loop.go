@@ -118,6 +118,8 @@ func (s *Server) apply(acts []transfer.Action) {
 			}
 			s.tm.Failed.WithLabelValues(a.Err.Code).Inc()
 			s.log.Info("kv transfer failed", "id", a.ID.String(), "code", a.Err.Code, "error", a.Err.Message)
+		case transfer.SenderRefused:
+			s.wrongSender(a)
 		case transfer.Release:
 			if r := s.res[a.ID]; r != nil {
 				r.seq.Free()

@@ -59,9 +59,13 @@ type Server struct {
 	// framesRefused counts frames of types a prefill may not send,
 	// refused on KV connections (fromPrefill), by type.
 	framesRefused *prometheus.CounterVec
-	ready         atomic.Bool
-	kvAddr        atomic.Value // string
-	body          int64        // the largest generate body read (server.PromptBodyLimit)
+	// sendersRefused counts frames refused because their KV connection
+	// presented another prefill than the one the transfer was reserved
+	// for (transfer.SenderRefused).
+	sendersRefused prometheus.Counter
+	ready          atomic.Bool
+	kvAddr         atomic.Value // string
+	body           int64        // the largest generate body read (server.PromptBodyLimit)
 
 	layers int
 	kvDim  int // storage words per token per layer (kv.PoolConfig.RowWords)
@@ -143,6 +147,9 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	s.framesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_frames_refused_total",
 		Help: "Frames of a type prefill may not send (CANCEL, RESERVE, ...) refused on KV connections, by type; each closed its connection."}, []string{"type"})
 	s.Metrics.Registry.MustRegister(s.framesRefused)
+	s.sendersRefused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metrics.Namespace, Name: "kv_wrong_sender_total",
+		Help: "Frames refused on KV connections because the connection presented another prefill than the one the router reserved the transfer for; the transfer was left as it was."})
+	s.Metrics.Registry.MustRegister(s.sendersRefused)
 	log.Info("decode server built", "model", m.Name, "limits", fmt.Sprintf("%+v", lim), "peer_auth", auth.Mode())
 	return s, nil
 }
@@ -249,6 +256,7 @@ func (s *Server) Handler() http.Handler {
 	peer.HandleFunc("GET "+peerapi.PathInfo, s.handleInfo)
 	peer.HandleFunc("POST "+peerapi.PathGenerate, s.handleGenerate)
 	peer.HandleFunc("POST "+peerapi.PathCancel, s.handleCancel)
+	peer.HandleFunc("POST "+peerapi.PathExpect, s.handleExpect)
 	mux := http.NewServeMux()
 	mux.Handle("/peer/", s.auth.HTTPHandler(peer, peerauth.RoleRouter))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
@@ -302,6 +310,34 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, peerapi.CancelResult{Known: known})
+}
+
+// handleExpect names another prefill for a reservation nothing has
+// opened yet (peerapi.ExpectRequest): 200 once the Table took it, 409 with
+// the reason when it did not (opened already, or not live here).
+func (s *Server) handleExpect(w http.ResponseWriter, r *http.Request) {
+	var req peerapi.ExpectRequest
+	if err := readJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": peerapi.FromError(err)})
+		return
+	}
+	id, err := transfer.ParseID(req.ID)
+	var sender transfer.Identity
+	if err == nil {
+		sender, err = transfer.ParseIdentity(req.PrefillIdentity)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": peerapi.FromError(errkind.Wrap(errkind.BadInput, "invalid_request", err, err.Error()))})
+		return
+	}
+	err = errkind.New(errkind.Overload, "shutting_down", "the decode server is shutting down")
+	s.call(func() { err = s.table.Expect(id, sender) })
+	if err != nil {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": peerapi.FromError(err)})
+		return
+	}
+	s.log.Info("kv transfer moved to another prefill before it opened", "id", id.String(), "expected_prefill", sender.Short())
+	writeJSON(w, http.StatusOK, peerapi.ExpectResult{OK: true})
 }
 
 func gaugeFunc(name, help string, f func() float64) prometheus.GaugeFunc {

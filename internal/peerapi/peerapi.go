@@ -27,6 +27,7 @@ const (
 	PathPrefill  = "/peer/v1/prefill"  // POST PrefillRequest -> PrefillResult (prefill servers)
 	PathGenerate = "/peer/v1/generate" // POST GenerateRequest -> NDJSON stream of Event (decode servers)
 	PathCancel   = "/peer/v1/cancel"   // POST CancelRequest -> CancelResult (both)
+	PathExpect   = "/peer/v1/expect"   // POST ExpectRequest -> ExpectResult, or 409 with an error (decode servers)
 )
 
 // Info is what a peer says about itself at handshake and on health checks.
@@ -94,6 +95,30 @@ type GenerateRequest struct {
 	Prompt    []int    `json:"prompt"`
 	MaxTokens int      `json:"max_tokens"`
 	Sampling  Sampling `json:"sampling"`
+	// PrefillIdentity names the prefill server the router chose to send
+	// this transfer's KV (64 hex digits: peerauth.KeyIdentity of its
+	// certificate, as transfer.Identity.String writes it). Decode takes
+	// the transfer's frames only from a KV connection that presents it,
+	// so that another prefill that learnt the id can neither open nor
+	// fail the reservation. The router always sends it over TLS; empty
+	// (a router without the binding) lets any prefill connection open
+	// the transfer.
+	PrefillIdentity string `json:"prefill_identity,omitempty"`
+}
+
+// ExpectRequest names another prefill server for transfer ID: the router
+// moves a prefill leg that provably never started (its server could not
+// be reached, or refused the prompt before computing anything) to another
+// server under the same reservation. Decode refuses it (409) once a
+// prefill opened the transfer.
+type ExpectRequest struct {
+	ID              string `json:"id"`
+	PrefillIdentity string `json:"prefill_identity"`
+}
+
+// ExpectResult acknowledges an ExpectRequest.
+type ExpectResult struct {
+	OK bool `json:"ok"`
 }
 
 // PrefillRequest asks a prefill server to run its own admission, compute

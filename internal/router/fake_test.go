@@ -27,8 +27,9 @@ type fakeCluster struct {
 	prefills   []string                 // ids prefill was asked for
 	prefillOn  []int                    // ... and the index of the prefill server asked, in the same order
 	generates  []peerapi.GenerateRequest
-	generateOn []int        // the index of the decode server asked for each of generates
-	open       atomic.Int32 // generate streams still open
+	generateOn []int                   // the index of the decode server asked for each of generates
+	expects    []peerapi.ExpectRequest // a reservation moved to another prefill
+	open       atomic.Int32            // generate streams still open
 
 	// hooks
 	reserveErr          *peerapi.Error                             // decode refuses the reservation
@@ -126,6 +127,14 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 		f.cancels[role] = append(f.cancels[role], req.ID)
 		f.mu.Unlock()
 		json.NewEncoder(w).Encode(peerapi.CancelResult{Known: true})
+	})
+	mux.HandleFunc(peerapi.PathExpect, func(w http.ResponseWriter, r *http.Request) {
+		var req peerapi.ExpectRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		f.mu.Lock()
+		f.expects = append(f.expects, req)
+		f.mu.Unlock()
+		json.NewEncoder(w).Encode(peerapi.ExpectResult{OK: true})
 	})
 	mux.HandleFunc(peerapi.PathPrefill, func(w http.ResponseWriter, r *http.Request) {
 		if f.refusePeer(w, RolePrefill) {

@@ -15,6 +15,8 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
 // Roles, as peerapi.Info.Role spells them.
@@ -41,7 +43,12 @@ type peer struct {
 	// (refreshLimits). It is set with up, but before it when the peer
 	// comes up, so that the limits it brings are in place by the time it
 	// takes a request, and cleared with up.
-	counted  bool
+	counted bool
+	// key is the identity the peer's certificate presented on the last
+	// call that got an answer (peerauth.KeyIdentity; zero without TLS): a
+	// reservation names its prefill by it, so that decode takes the KV
+	// only from that prefill's connection.
+	key      transfer.Identity
 	fails    int    // consecutive failed health checks or calls
 	why      string // why it is down, for logs and Peers()
 	inflight int    // requests this router has on it now
@@ -82,6 +89,30 @@ func (p *peer) score() (int, bool) {
 	return l.Running + l.Queued + l.Transfers + p.inflight, p.up
 }
 
+// identity is the key p last presented (zero: never seen over TLS).
+func (p *peer) identity() transfer.Identity {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.key
+}
+
+// do makes one call to p and notes the key its certificate presented on
+// that connection. Every answer refreshes it, so a peer that restarted
+// with another certificate is named by its new key from its first answer
+// on (a health check at the latest), not by the one it had at handshake.
+func (p *peer) do(req *http.Request) (*http.Response, error) {
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return resp, err
+	}
+	if id, ok := peerauth.KeyIdentity(resp.TLS); ok {
+		p.mu.Lock()
+		p.key = id
+		p.mu.Unlock()
+	}
+	return resp, nil
+}
+
 func (p *peer) isUp() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -104,7 +135,7 @@ func (r *Router) getInfo(ctx context.Context, p *peer) (peerapi.Info, error) {
 	if err != nil {
 		return info, err
 	}
-	resp, err := p.client.Do(req)
+	resp, err := p.do(req)
 	if err != nil {
 		return info, err
 	}
@@ -129,7 +160,24 @@ func (r *Router) post(ctx context.Context, p *peer, path string, body any) (*htt
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	return p.client.Do(req)
+	return p.do(req)
+}
+
+// expect tells decode d that transfer id is now prefill key's to send
+// (peerapi.ExpectRequest); it fails when d did not take it, above all
+// when a prefill opened the transfer already.
+func (r *Router) expect(ctx context.Context, d *peer, id string, key transfer.Identity) error {
+	ctx, done := context.WithTimeout(ctx, 2*time.Second)
+	defer done()
+	resp, err := r.post(ctx, d, peerapi.PathExpect, peerapi.ExpectRequest{ID: id, PrefillIdentity: key.String()})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return peerFailure(d, resp)
+	}
+	return nil
 }
 
 // cancel sends an acknowledged cancel for id to p, retrying until p

@@ -83,6 +83,20 @@ func (x *exchange) retryPrefill(ctx context.Context, pa prefillAnswer, tried map
 		np.addInflight(-1)
 		return false
 	}
+	// Decode's reservation names the prefill it takes the KV from: name
+	// the new one first. Decode refuses once a prefill opened the
+	// transfer, which the old one provably never did; if it refuses
+	// anyway, the old answer stands.
+	if key := np.identity(); key != x.sender {
+		if err := r.expect(ctx, x.d, x.id, key); err != nil {
+			<-np.slots
+			np.addInflight(-1)
+			r.log.Warn("could not move the prefill leg to another prefill: decode kept the reservation for the first",
+				"id", x.id, "from", x.p.addr, "to", np.addr, "error", err)
+			return false
+		}
+		x.sender = key
+	}
 	old := x.p
 	<-old.slots
 	old.addInflight(-1)

@@ -27,9 +27,12 @@ const causeWait = 300 * time.Millisecond
 
 // exchange is one request's run on one pair.
 type exchange struct {
-	r      *Router
-	d, p   *peer
-	id     string
+	r    *Router
+	d, p *peer
+	id   string
+	// sender is the identity of the prefill decode's reservation names
+	// (x.p's when it was made; retryPrefill moves it with the leg).
+	sender transfer.Identity
 	req    engine.Request
 	st     *engine.Stream
 	legs   context.CancelFunc // closes both control connections
@@ -88,7 +91,7 @@ func peerFault(e *errkind.Error) *errkind.Error {
 		return e
 	}
 	switch e.Code {
-	case transfer.CodeProtocol, transfer.CodeUnknownID, transfer.CodeReplayed:
+	case transfer.CodeProtocol, transfer.CodeUnknownID, transfer.CodeReplayed, transfer.CodeSender:
 		c := *e
 		c.Kind, c.Param = errkind.Unavailable, ""
 		return &c
@@ -200,6 +203,7 @@ func (x *exchange) cancelLegs(decode, prefill bool) {
 // event is returned as is: decode reserved nothing, and nothing else
 // happens.
 func (x *exchange) reserve(ctx context.Context) *errkind.Error {
+	x.sender = x.p.identity()
 	go x.readDecode()
 	t := time.NewTimer(x.r.opts.TransferTimeout)
 	defer t.Stop()
@@ -222,8 +226,17 @@ func (x *exchange) reserve(ctx context.Context) *errkind.Error {
 // succeeds), then exactly one final result.
 func (x *exchange) readDecode() {
 	r, d := x.r, x.d
+	// The reservation names the prefill chosen for it, so that decode
+	// takes its KV from that prefill's connection only: a transfer id is
+	// otherwise a bearer key that any prefill who learnt it could use.
+	// Without TLS (tests' plain clients) there is no identity to name.
+	var sender string
+	if !x.sender.IsZero() {
+		sender = x.sender.String()
+	}
 	resp, err := r.post(x.lctx, d, peerapi.PathGenerate, peerapi.GenerateRequest{
 		ID: x.id, Tenant: x.req.Tenant, Prompt: x.req.Prompt, MaxTokens: x.req.MaxTokens, Sampling: peerapi.FromParams(x.req.Sampling),
+		PrefillIdentity: sender,
 	})
 	if err != nil {
 		if x.lctx.Err() == nil {

@@ -42,6 +42,11 @@
 //   - ask for a receiver's pages to be released while a write or digest it
 //     asked for is unconfirmed, or a sender's before ACK or failure;
 //   - accept frames for an id it did not reserve, or reserve an id twice;
+//   - let a frame from a connection that presents another Identity than
+//     the reservation's Sender (the prefill the router chose) change the
+//     transfer in any state: a transfer id is otherwise a bearer key that
+//     any prefill who learnt it could open or fail. The edge supplies each
+//     connection's Identity (FrameIn.From); under psk all are the same;
 //   - send a shorter stand-in for a prompt over the sender's limit (the
 //     build tag bulkhead_placeholder re-introduces exactly that bug so the
 //     tests can show they catch it);

@@ -19,9 +19,13 @@ type Start struct{ Now time.Duration }
 type Tick struct{ Now time.Duration }
 
 // FrameIn is a frame that decoded cleanly, received from connection Peer
-// (an edge-assigned number; a Sender ignores it).
+// (an edge-assigned number; a Sender ignores it). From is who that
+// connection authenticated as (its Identity; zero when the edge cannot
+// tell): a reservation that names its sender takes frames only from
+// connections that present that identity.
 type FrameIn struct {
 	Peer  uint64
+	From  Identity
 	Frame *Frame
 }
 
@@ -149,7 +153,20 @@ type CancelDone struct {
 	WasReady bool
 }
 
+// SenderRefused says a frame for transfer ID came from connection Peer,
+// which presented another identity than the reservation's sender: the
+// Table changed nothing and answered (unless the frame was an ABORT) with
+// an ABORT of code CodeSender. The edge counts and logs it; it is what a
+// prefill that learnt another transfer's id looks like from decode.
+type SenderRefused struct {
+	ID                  ID
+	Peer                uint64
+	Type                Type
+	Expected, Presented Identity
+}
+
 func (SendFrame) isAction()     {}
+func (SenderRefused) isAction() {}
 func (WriteKV) isAction()       {}
 func (ComputeDigest) isAction() {}
 func (MarkReady) isAction()     {}

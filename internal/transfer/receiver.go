@@ -22,6 +22,10 @@ type Reservation struct {
 	Deadline      time.Duration
 	Window        int // offered to the sender in HELLO; 0: DefaultWindow
 	MaxFrameBytes int // frame limit offered in HELLO; 0: DefaultMaxFrameBytes
+	// Sender is the prefill the router chose for this transfer: only a
+	// connection that presents it (FrameIn.From) may open the transfer or
+	// send it anything. Zero: any prefill connection may (Identity).
+	Sender Identity
 }
 
 type recvState uint8
@@ -90,6 +94,17 @@ func (r *Receiver) State() string { return r.state.String() }
 // stream is bound to it yet.
 func (r *Receiver) Unopened() bool { return r.state == rReserved }
 
+// Accepts reports whether a connection that presented from may send
+// frames for this transfer: the reservation names no sender, or names
+// from. The edge asks before it acts on a frame outside the Table (a
+// corrupted one claiming this id).
+func (r *Receiver) Accepts(from Identity) bool {
+	return r.res.Sender.IsZero() || from == r.res.Sender
+}
+
+// Sender is the prefill the reservation names (zero: any).
+func (r *Receiver) Sender() Identity { return r.res.Sender }
+
 // Ready reports whether the transfer verified.
 func (r *Receiver) Ready() bool { return r.state == rReady }
 
@@ -129,6 +144,12 @@ func (r *Receiver) step(ev Event) []Action {
 			out = append(out, r.creditFrame())
 		}
 	case FrameIn:
+		if !r.Accepts(e.From) {
+			// Before anything else, in every state: a frame from the wrong
+			// prefill must neither bind the transfer (OPEN), nor fail it
+			// (DATA before OPEN, COMMIT, ABORT), nor learn its verdict.
+			return refuseSender(out, r.res.ID, e.Peer, r.res.Sender, e.From, e.Frame)
+		}
 		out = r.frame(out, e.Peer, e.Frame)
 	case BadFrame:
 		if r.state >= rOpen && !r.Terminal() && e.Peer == r.peer {

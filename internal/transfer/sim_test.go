@@ -45,7 +45,7 @@ const (
 	scSlowWrites                       // writes land late, with aborts: drain
 	scOverlap                          // a forged DATA frame re-covers cells under a new seq
 	scSlowLink                         // no faults, but each DATA frame takes 10-25 ms on the wire
-	scIntruder                         // another connection injects frames for a bound transfer
+	scIntruder                         // another connection injects frames: a rogue prefill before OPEN, anyone after
 	scWrongTenant                      // a sender opens another tenant's reservation
 	numScenarios
 )
@@ -250,12 +250,17 @@ func (w *world) reserve(x *simXfer) {
 	}
 	x.dSeq, x.writes, x.issued = seq, make([]int, x.n*w.layers), make([]int, x.n*w.layers)
 	res := Reservation{ID: x.id, Tenant: x.tenant, Tokens: x.n, MaxNew: x.maxNew, Layers: w.layers, KVDim: w.kvdim,
-		Deadline: w.now + w.lease, Window: w.window, MaxFrameBytes: w.maxFrame}
+		Deadline: w.now + w.lease, Window: w.window, MaxFrameBytes: w.maxFrame, Sender: simPrefill}
 	if err := w.table.Reserve(res); err != nil {
 		w.violate("x%d reserve: %v", x.idx, err)
 		return
 	}
 	x.reserved = true
+	if w.sc == scIntruder {
+		// A rogue prefill that learnt the id moves before the chosen
+		// prefill's OPEN arrives (at 0 ms: before Start), or races it.
+		w.at(time.Duration(w.rng.IntN(3))*time.Millisecond, func() { w.intrudeEarly(x) })
+	}
 	if w.sc == scReplay {
 		if err := w.table.Reserve(res); err == nil {
 			w.violate("x%d: a second RESERVE with the same id was accepted", x.idx)
@@ -368,14 +373,21 @@ func (w *world) crashD() {
 func (w *world) replay() {
 	for _, x := range w.xs {
 		for _, b := range x.recorded {
-			for _, peer := range []uint64{x.peer, 999} {
+			for _, c := range []struct {
+				peer uint64
+				from Identity
+			}{{x.peer, simPrefill}, {999, simPrefill}, {998, simRogue}} {
 				f, err := Decode(b, w.maxFrame)
 				if err != nil {
 					continue
 				}
-				for _, a := range w.table.Step(FrameIn{Peer: peer, Frame: f}) {
-					switch a.(type) {
+				for _, a := range w.table.Step(FrameIn{Peer: c.peer, From: c.from, Frame: f}) {
+					switch a := a.(type) {
 					case SendFrame:
+					case SenderRefused:
+						if c.from != simRogue {
+							w.violate("x%d replayed %v frame from its own prefill was refused as another sender's", x.idx, f.Type)
+						}
 					default:
 						w.violate("x%d replayed %v frame caused %T", x.idx, f.Type, a)
 					}
@@ -520,38 +532,4 @@ func (w *world) forge(f *Frame) *Frame {
 	}
 	g.crc, g.crcFrom = 0, crcNone // Encode computes a CRC that matches
 	return g
-}
-
-// intrude has another authenticated connection, one that learnt x's id,
-// send frames for it once prefill's connection opened it: a rival OPEN
-// for another tenant, altered DATA, a COMMIT and an ABORT. Decode may
-// answer the intruder (an ABORT) and nothing else: the transfer must go
-// on as if nothing came (mustSucceed).
-func (w *world) intrude(x *simXfer) {
-	peer := uint64(900 + x.idx)
-	hostile := []*Frame{
-		{Type: TypeOpen, ID: x.id, Tenant: "intruder", Tokens: uint32(x.n), Layers: uint16(w.layers), KVDim: uint32(w.kvdim)},
-		{Type: TypeCommit, ID: x.id, Tokens: uint32(x.n), Frames: 1},
-		{Type: TypeAbort, ID: x.id, Code: "intruder"},
-	}
-	for _, b := range x.recorded {
-		if f, err := Decode(b, w.maxFrame); err == nil && f.Type == TypeData {
-			hostile = append(hostile, w.forge(f))
-			break
-		}
-	}
-	for _, f := range hostile {
-		b, err := f.Encode(nil, w.maxFrame)
-		if err != nil {
-			panic(err)
-		}
-		if f, err = Decode(b, w.maxFrame); err != nil {
-			panic(err)
-		}
-		for _, a := range w.table.Step(FrameIn{Peer: peer, Frame: f}) {
-			if sf, ok := a.(SendFrame); !ok || sf.Peer != peer || sf.Frame.Type != TypeAbort || f.Type == TypeAbort {
-				w.violate("x%d: an intruder's %v caused %T %+v", x.idx, f.Type, a, a)
-			}
-		}
-	}
 }

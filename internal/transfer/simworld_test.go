@@ -20,6 +20,15 @@ import (
 
 const routerPeer = 1
 
+// The identities the simulated KV connections present: the one prefill
+// process's, which every reservation names as its sender, and a rogue
+// prefill's (another holder of a prefill certificate) that learnt the
+// transfer ids (scIntruder).
+var (
+	simPrefill = Identity{0x50, 0x52, 0x45}
+	simRogue   = Identity{0x52, 0x4f, 0x47}
+)
+
 type simEv struct {
 	at  time.Duration
 	seq int
@@ -242,7 +251,7 @@ func (w *world) deliverD(x *simXfer, b []byte, epoch int) {
 	}
 	w.logf("x%d D <- %v seq=%d", x.idx, f.Type, f.Seq)
 	x.recorded = append(x.recorded, b)
-	w.dActs(w.table.Step(FrameIn{Peer: x.peer, Frame: f}))
+	w.dActs(w.table.Step(FrameIn{Peer: x.peer, From: simPrefill, Frame: f}))
 	if w.sc == scIntruder && f.Type == TypeOpen && !x.intruded {
 		x.intruded = true
 		w.at(time.Duration(w.rng.IntN(40))*time.Millisecond, func() { w.intrude(x) })

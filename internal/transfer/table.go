@@ -25,11 +25,12 @@ const (
 )
 
 type finished struct {
-	id    ID
-	at    time.Duration
-	ready bool
-	peer  uint64
-	err   *errkind.Error
+	id     ID
+	at     time.Duration
+	ready  bool
+	peer   uint64
+	sender Identity // the reservation's; zero: any connection
+	err    *errkind.Error
 }
 
 // Table is a decode server's registry of transfers: the Receivers of live
@@ -90,6 +91,25 @@ func (t *Table) Reserve(res Reservation) error {
 	}
 	t.live[res.ID] = newReceiver(res)
 	t.order = append(t.order, res.ID)
+	return nil
+}
+
+// Expect names the prefill that may send transfer id from now on, in
+// place of the one the reservation named: the router moves a prefill leg
+// that provably never started (its server could not be reached, or
+// refused the prompt before computing anything) to another prefill
+// server under the same reservation. It fails once a stream opened the
+// transfer, since a sender that already began may not be replaced, and
+// for an id that is not live here.
+func (t *Table) Expect(id ID, sender Identity) error {
+	r := t.live[id]
+	if r == nil {
+		return errf(errkind.BadInput, CodeUnknownID, "decode holds no live reservation for this transfer")
+	}
+	if !r.Unopened() {
+		return errf(errkind.BadInput, CodeProtocol, "transfer was already opened by prefill %s; another prefill cannot take it over", r.res.Sender.Short())
+	}
+	r.res.Sender = sender
 	return nil
 }
 
@@ -166,6 +186,9 @@ func (t *Table) frame(out []Action, e FrameIn) []Action {
 		return t.stepOne(out, f.ID, e)
 	}
 	if fin, ok := t.done[f.ID]; ok {
+		if !fin.sender.IsZero() && e.From != fin.sender {
+			return refuseSender(out, f.ID, e.Peer, fin.sender, e.From, f)
+		}
 		// Only the connection the transfer was bound to learns its
 		// verdict; one that failed before any OPEN bound it (its lease
 		// ran out, or it was cancelled) answers whoever claims the id, so
@@ -201,7 +224,7 @@ func (t *Table) stepOne(out []Action, id ID, ev Event) []Action {
 	if r.state == rReady || (r.state == rFailed && r.released) {
 		delete(t.live, id)
 		t.order = slices.DeleteFunc(t.order, func(x ID) bool { return x == id })
-		t.remember(&finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, err: r.err})
+		t.remember(&finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, sender: r.res.Sender, err: r.err})
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package transfer
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +51,129 @@ func TestUnopenedFailureAnswered(t *testing.T) {
 		if out := tbl.Step(FrameIn{Peer: peer, Frame: &Frame{Type: TypeAbort, ID: id}}); len(out) != 0 {
 			t.Fatalf("%s: ABORT answered with %v", how, out)
 		}
+	}
+}
+
+// TestOnlyTheReservedSenderMayOpen: a reservation that names its sender
+// (the prefill the router chose) takes nothing from a connection that
+// presents another identity, however well the frames fit: its OPEN does
+// not bind the transfer, its DATA, COMMIT and ABORT do not fail it. The
+// rogue hears one ABORT per frame (none for its ABORT), code CodeSender,
+// naming both identities by prefix, and the edge is told each time
+// (SenderRefused). The chosen sender then opens the transfer as if
+// nothing had come, and once it finished the rogue still learns nothing
+// of its verdict.
+func TestOnlyTheReservedSenderMayOpen(t *testing.T) {
+	tbl := NewTable(TableConfig{})
+	id := NewID()
+	chosen, rogue := Identity{1, 2, 3}, Identity{9, 9, 9}
+	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: chosen}); err != nil {
+		t.Fatal(err)
+	}
+	open := &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
+	hostile := []*Frame{
+		open,
+		{Type: TypeData, ID: id, Seq: 0, TokFrom: 0, TokTo: 1, LayerFrom: 0, LayerTo: 1, Payload: make([]byte, 8*8)},
+		{Type: TypeCommit, ID: id, Tokens: 1, Frames: 1},
+		{Type: TypeAbort, ID: id, Code: "rogue"},
+	}
+	refuse := func(when string) {
+		t.Helper()
+		for _, f := range hostile {
+			for _, from := range []Identity{rogue, {}} { // a connection with no identity is no one's
+				const peer = 5
+				acts := tbl.Step(FrameIn{Peer: peer, From: from, Frame: f})
+				var aborts []*Frame
+				refused := 0
+				for _, a := range acts {
+					switch a := a.(type) {
+					case SendFrame:
+						if a.Peer != peer || a.Frame.Type != TypeAbort {
+							t.Fatalf("%s: rogue %v caused %+v", when, f.Type, a)
+						}
+						aborts = append(aborts, a.Frame)
+					case SenderRefused:
+						if a.ID != id || a.Peer != peer || a.Type != f.Type || a.Expected != chosen || a.Presented != from {
+							t.Fatalf("%s: rogue %v refused as %+v", when, f.Type, a)
+						}
+						refused++
+					default:
+						t.Fatalf("%s: rogue %v caused %T %+v", when, f.Type, a, a)
+					}
+				}
+				if refused != 1 {
+					t.Fatalf("%s: rogue %v: %d SenderRefused, want 1", when, f.Type, refused)
+				}
+				if f.Type == TypeAbort {
+					if len(aborts) != 0 {
+						t.Fatalf("%s: rogue ABORT answered with %+v", when, aborts)
+					}
+					continue
+				}
+				if len(aborts) != 1 || aborts[0].ID != id || aborts[0].Code != CodeSender ||
+					!strings.Contains(aborts[0].Reason, chosen.Short()) || !strings.Contains(aborts[0].Reason, from.Short()) {
+					t.Fatalf("%s: rogue %v answered with %+v; want one ABORT %s naming %s and %s", when, f.Type, aborts, CodeSender, chosen.Short(), from.Short())
+				}
+			}
+		}
+	}
+	refuse("before OPEN")
+	if r := tbl.Receiver(id); r == nil || !r.Unopened() {
+		t.Fatalf("after the rogue's frames the reservation is %v; want it live and unopened", r)
+	}
+	const honest = 3
+	acts := tbl.Step(FrameIn{Peer: honest, From: chosen, Frame: open})
+	if len(acts) != 1 || acts[0].(SendFrame).Frame.Type != TypeHello {
+		t.Fatalf("the chosen sender's OPEN after the rogue's: %+v; want HELLO", acts)
+	}
+	refuse("after OPEN")
+	acts = tbl.Step(FrameIn{Peer: honest, From: chosen, Frame: &Frame{Type: TypeAbort, ID: id, Code: "x"}})
+	if tbl.Live() != 0 || len(acts) == 0 {
+		t.Fatalf("the chosen sender's own ABORT did not end the transfer: %+v", acts)
+	}
+	refuse("after the end") // a rogue learns nothing of the verdict either
+}
+
+// TestReservationWithoutSender: a reservation that names no sender (a
+// router from before the binding) takes its OPEN from any prefill
+// connection, as before.
+func TestReservationWithoutSender(t *testing.T) {
+	tbl := NewTable(TableConfig{})
+	id := NewID()
+	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	acts := tbl.Step(FrameIn{Peer: 3, From: Identity{7}, Frame: &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}})
+	if len(acts) != 1 || acts[0].(SendFrame).Frame.Type != TypeHello {
+		t.Fatalf("OPEN for a reservation without a sender: %+v; want HELLO", acts)
+	}
+}
+
+// TestExpectMovesOnlyAnUnopenedReservation: the router may name another
+// sender while nothing opened the transfer (its first prefill never
+// started), never once a sender opened it; the old sender is refused
+// from then on, the new one taken.
+func TestExpectMovesOnlyAnUnopenedReservation(t *testing.T) {
+	tbl := NewTable(TableConfig{})
+	id := NewID()
+	first, second := Identity{1}, Identity{2}
+	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: first}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Expect(NewID(), second); err == nil {
+		t.Fatal("Expect for an id not reserved here succeeded")
+	}
+	if err := tbl.Expect(id, second); err != nil {
+		t.Fatal(err)
+	}
+	open := &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
+	if got := abortsTo(tbl.Step(FrameIn{Peer: 3, From: first, Frame: open}), 3); len(got) != 1 || got[0].Code != CodeSender {
+		t.Fatalf("the replaced sender's OPEN: %+v; want ABORT %s", got, CodeSender)
+	}
+	if acts := tbl.Step(FrameIn{Peer: 4, From: second, Frame: open}); len(acts) != 1 || acts[0].(SendFrame).Frame.Type != TypeHello {
+		t.Fatalf("the new sender's OPEN: %+v; want HELLO", acts)
+	}
+	if err := tbl.Expect(id, first); err == nil {
+		t.Fatal("Expect moved a transfer its sender had already opened")
 	}
 }

@@ -1,0 +1,125 @@
+package router
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
+)
+
+// issue makes another certificate of role from the CA in dir, loaded.
+func issue(t *testing.T, dir, name string, role peerauth.Role) *peerauth.Auth {
+	t.Helper()
+	p, err := peerauth.IssueNode(dir, dir, name, role, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := peerauth.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestReserveNamesTheChosenPrefill: every reservation names the prefill
+// the router paired it with, by the key that prefill's certificate
+// presented on the router's own connection to it, so that decode takes
+// the KV from that prefill alone. When the prefill comes back with
+// another certificate, the next reservation names the new key, learnt
+// from the first answer on the new connection.
+func TestReserveNamesTheChosenPrefill(t *testing.T) {
+	dir := t.TempDir()
+	ps, err := peerauth.MakeCerts(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := map[peerauth.Role]*peerauth.Auth{}
+	for r, p := range ps {
+		if as[r], err = peerauth.Load(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFake()
+	pa, ps0, cur := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
+	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
+	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, HealthEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	runAll(t, r, []string{"acme"}, 7, 3)
+	want := transfer.Identity(as[peerauth.RolePrefill].Identity()).String()
+	f.mu.Lock()
+	got := f.generates[0].PrefillIdentity
+	f.mu.Unlock()
+	if got != want {
+		t.Fatalf("the reservation names prefill %q; the chosen prefill's key is %s", got, want)
+	}
+
+	renewed := issue(t, filepath.Dir(ps[peerauth.RolePrefill].CA), "prefill-renewed", peerauth.RolePrefill)
+	cur.Store(renewed)
+	ps0.CloseClientConnections() // the restart: the router's next call reconnects
+	r.check(r.prefill[0])
+	runAll(t, r, []string{"acme"}, 7, 3)
+	want = transfer.Identity(renewed.Identity()).String()
+	f.mu.Lock()
+	got = f.generates[1].PrefillIdentity
+	f.mu.Unlock()
+	if got != want {
+		t.Fatalf("after the prefill's new certificate the reservation names %q, want its new key %s", got, want)
+	}
+}
+
+// TestMovedPrefillLegRenamesTheSender: a prefill leg moved to another
+// prefill server under the same reservation (the first could not be
+// reached) is first named to decode as that reservation's sender, or
+// decode would refuse the new prefill's KV.
+func TestMovedPrefillLegRenamesTheSender(t *testing.T) {
+	dir := t.TempDir()
+	ps, err := peerauth.MakeCerts(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(r peerauth.Role) *peerauth.Auth {
+		a, err := peerauth.Load(ps[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	second := issue(t, dir, "prefill-2", peerauth.RolePrefill)
+	f := newFake()
+	pa0, s0, _ := tlsPeer(t, f, RolePrefill, 0, load(peerauth.RolePrefill))
+	pa1, _, _ := tlsPeer(t, f, RolePrefill, 1, second)
+	da, _, _ := tlsPeer(t, f, RoleDecode, 0, load(peerauth.RoleDecode))
+	r, err := New(context.Background(), Options{Auth: load(peerauth.RoleRouter), Prefill: []string{pa0, pa1}, Decode: []string{da}, HealthEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s0.Close() // prefill 0: connection refused from now on
+	runAll(t, r, []string{"acme", "globex", "initech"}, 7, 3)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := transfer.Identity(second.Identity()).String()
+	moved := 0
+	for _, g := range f.generates {
+		if g.PrefillIdentity == want {
+			continue // paired with prefill 1 from the start
+		}
+		moved++
+		found := false
+		for _, e := range f.expects {
+			found = found || (e.ID == g.ID && e.PrefillIdentity == want)
+		}
+		if !found {
+			t.Fatalf("reservation %s named prefill %s and moved to prefill 1 without naming it (expects %+v)", g.ID, g.PrefillIdentity, f.expects)
+		}
+	}
+	if moved == 0 || len(f.expects) != moved {
+		t.Fatalf("%d reservations moved, %d expects sent; want at least one, one each", moved, len(f.expects))
+	}
+}

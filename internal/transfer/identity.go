@@ -1,0 +1,68 @@
+package transfer
+
+import (
+	"encoding/hex"
+	"fmt"
+
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+)
+
+// Identity names a prefill server the way decode can check it on a KV
+// connection: the SHA-256 of the public key in the certificate its TLS
+// client presented (peerauth.KeyIdentity). A transfer ID alone is a bearer
+// key: any prefill that learnt one could open that reservation before the
+// prefill the router chose, or fail it. So the router names its choice in
+// the reservation (Reservation.Sender), the edge says who each connection
+// is (FrameIn.From), and the Table refuses every frame from anyone else.
+//
+// The public key, not the whole certificate, because the key is what the
+// TLS handshake proves the peer holds; a certificate re-issued for the same
+// key names the same holder. Under psk every key holder derives the same
+// key, so every prefill has the same Identity: the binding then separates
+// nothing, and must not be mistaken for doing so.
+//
+// The zero Identity names no one: a reservation without one takes its
+// OPEN from any prefill connection (a router that predates the binding),
+// and only such a reservation takes frames from a connection without one.
+type Identity [32]byte
+
+// IsZero reports whether i names no one.
+func (i Identity) IsZero() bool { return i == Identity{} }
+
+// String is i as 64 lowercase hex digits, as ParseIdentity reads them.
+func (i Identity) String() string { return hex.EncodeToString(i[:]) }
+
+// Short is the first 16 hex digits of i, enough to tell a deployment's
+// peers apart in logs and error messages; "none" for the zero Identity.
+func (i Identity) Short() string {
+	if i.IsZero() {
+		return "none"
+	}
+	return hex.EncodeToString(i[:8])
+}
+
+// ParseIdentity parses 64 hex digits, as String writes them.
+func ParseIdentity(s string) (Identity, error) {
+	var i Identity
+	if len(s) != 2*len(i) {
+		return i, fmt.Errorf("prefill identity %q: want %d hex digits, have %d", s, 2*len(i), len(s))
+	}
+	if _, err := hex.Decode(i[:], []byte(s)); err != nil {
+		return Identity{}, fmt.Errorf("prefill identity %q: %v", s, err)
+	}
+	return i, nil
+}
+
+// refuseSender answers a frame for transfer id that came from a connection
+// whose identity is not the reservation's sender: the frame changes
+// nothing, the sender hears why in an ABORT (never in answer to its own
+// ABORT, as everywhere), and the edge is told (SenderRefused) so that it
+// can count and log the attempt.
+func refuseSender(out []Action, id ID, peer uint64, expected, presented Identity, f *Frame) []Action {
+	if f.Type != TypeAbort {
+		err := errf(errkind.BadInput, CodeSender, "transfer is reserved for prefill %s; this connection presented %s",
+			expected.Short(), presented.Short())
+		out = append(out, SendFrame{Peer: peer, Frame: abortFrame(id, err)})
+	}
+	return append(out, SenderRefused{ID: id, Peer: peer, Type: f.Type, Expected: expected, Presented: presented})
+}

@@ -1,0 +1,92 @@
+package transfer
+
+// The intruder scenario's hostile peers: a rogue prefill that learnt a
+// transfer id, and other connections that send for an opened transfer.
+
+// intrude has another authenticated connection, one that learnt x's id,
+// send frames for it once prefill's connection opened it: a rival OPEN
+// for another tenant, altered DATA, a COMMIT and an ABORT. The connection
+// is a rogue prefill's or, half the time, another one of the chosen
+// prefill's own (so only the binding to the connection stops it). Decode
+// may answer the intruder (an ABORT) and nothing else: the transfer must
+// go on as if nothing came (mustSucceed).
+func (w *world) intrude(x *simXfer) {
+	peer, from := uint64(900+x.idx), simRogue
+	if w.rng.IntN(2) == 0 {
+		from = simPrefill
+	}
+	hostile := []*Frame{
+		{Type: TypeOpen, ID: x.id, Tenant: "intruder", Tokens: uint32(x.n), Layers: uint16(w.layers), KVDim: uint32(w.kvdim)},
+		{Type: TypeCommit, ID: x.id, Tokens: uint32(x.n), Frames: 1},
+		{Type: TypeAbort, ID: x.id, Code: "intruder"},
+	}
+	for _, b := range x.recorded {
+		if f, err := Decode(b, w.maxFrame); err == nil && f.Type == TypeData {
+			hostile = append(hostile, w.forge(f))
+			break
+		}
+	}
+	for _, f := range hostile {
+		b, err := f.Encode(nil, w.maxFrame)
+		if err != nil {
+			panic(err)
+		}
+		if f, err = Decode(b, w.maxFrame); err != nil {
+			panic(err)
+		}
+		w.intruderStep(x, peer, from, f)
+	}
+}
+
+// intrudeEarly is a rogue prefill, another holder of a prefill
+// certificate that learnt x's id, claiming the reservation before (or
+// while) the chosen prefill opens it: an OPEN that matches the
+// reservation in every field, a DATA frame of the right shape, a COMMIT
+// and an ABORT, in random order. Without the sender check its OPEN
+// would bind the transfer to it, and its ABORT or early DATA or COMMIT
+// would fail it; with it, the rogue hears only ABORTs, and the chosen
+// prefill then completes the transfer (mustSucceed).
+func (w *world) intrudeEarly(x *simXfer) {
+	peer := uint64(800 + x.idx)
+	cells := w.layers
+	hostile := []*Frame{
+		{Type: TypeOpen, ID: x.id, Tenant: x.tenant, Tokens: uint32(x.n), Layers: uint16(w.layers), KVDim: uint32(w.kvdim), Window: uint32(w.sendWindow)},
+		{Type: TypeData, ID: x.id, Seq: 0, TokFrom: 0, TokTo: 1, LayerFrom: 0, LayerTo: uint16(w.layers), Payload: make([]byte, cells*8*w.kvdim)},
+		{Type: TypeCommit, ID: x.id, Tokens: uint32(x.n), Frames: 1},
+		{Type: TypeAbort, ID: x.id, Code: "rogue"},
+	}
+	w.rng.Shuffle(len(hostile), func(i, j int) { hostile[i], hostile[j] = hostile[j], hostile[i] })
+	for _, f := range hostile {
+		if f.Type == TypeData && len(f.Payload) > w.maxFrame-64 {
+			continue // one token of every layer does not fit this frame size
+		}
+		b, err := f.Encode(nil, w.maxFrame)
+		if err != nil {
+			panic(err)
+		}
+		if f, err = Decode(b, w.maxFrame); err != nil {
+			panic(err)
+		}
+		w.logf("x%d rogue -> %v", x.idx, f.Type)
+		w.intruderStep(x, peer, simRogue, f)
+	}
+}
+
+// intruderStep feeds one intruder frame to decode: the only actions it
+// may cause are an ABORT to the intruder (never for its own ABORT) and,
+// for a rogue prefill's, SenderRefused for the edge to count.
+func (w *world) intruderStep(x *simXfer, peer uint64, from Identity, f *Frame) {
+	for _, a := range w.table.Step(FrameIn{Peer: peer, From: from, Frame: f}) {
+		switch a := a.(type) {
+		case SendFrame:
+			if a.Peer == peer && a.Frame.Type == TypeAbort && f.Type != TypeAbort {
+				continue
+			}
+		case SenderRefused:
+			if a.Peer == peer && from == simRogue && a.Expected == simPrefill && a.Presented == simRogue && a.ID == x.id {
+				continue
+			}
+		}
+		w.violate("x%d: an intruder's %v (from %s) caused %T %+v", x.idx, f.Type, from.Short(), a, a)
+	}
+}
