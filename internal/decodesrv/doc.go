@@ -25,9 +25,9 @@
 // every frame; a reservation names the prefill the router chose
 // (GenerateRequest.PrefillIdentity), and the Table refuses every frame
 // for it from another, which decode counts (kv_wrong_sender_total) and
-// logs with both identities' prefixes (a prefill server logs its own,
-// peer_key, when it starts). Under psk every key holder has the
-// same identity, so this separates no prefills there.
+// logs, at a bounded rate, with both identities' prefixes (a prefill
+// server logs its own, peer_key, when it starts). Under psk every key
+// holder has the same identity, so this separates no prefills there.
 //
 // It must never decode a sequence that did not verify, never free a page
 // while a write into it may still land (the Table's Release decides), never

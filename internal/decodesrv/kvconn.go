@@ -314,14 +314,47 @@ func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 	kc.closeWhenFlushed()
 }
 
+// Bounds on wrongSender's log lines. A prefill that keeps sending frames
+// for a transfer reserved for another (an ABORT costs it a few dozen
+// bytes and gets no answer, so nothing ever closes its connection) would
+// otherwise write one line per frame, as fast as the loop reads them:
+// enough to fill the operator's disk or bury every other line. The
+// counter still counts every frame; the log says how many lines it left
+// out.
+const (
+	wrongSenderLogBurst = 10
+	wrongSenderLogEvery = time.Second
+)
+
+// logBudget is how many lines wrongSender has written in the current
+// window, and how many it left out since its last line (loop only).
+type logBudget struct {
+	since      time.Duration
+	used       int
+	suppressed int
+}
+
 // wrongSender counts and logs a frame refused because its connection is
 // not the prefill the router chose for the transfer (loop only). It names
 // both by key prefix (transfer.Identity.Short): enough to find the
-// certificates, nothing secret.
+// certificates, nothing secret. At most wrongSenderLogBurst lines a
+// wrongSenderLogEvery are written; the next one written says how many
+// were not.
 func (s *Server) wrongSender(a transfer.SenderRefused) {
 	s.sendersRefused.Inc()
+	b := &s.senderLog
+	if now := s.now(); now-b.since >= wrongSenderLogEvery {
+		b.since, b.used = now, 0
+	}
+	if b.used >= wrongSenderLogBurst {
+		b.suppressed++
+		return
+	}
+	b.used++
 	s.log.Warn("kv frame refused: the transfer is reserved for another prefill (wrong prefill)", "id", a.ID.String(), "peer", a.Peer,
-		"type", a.Type.String(), "expected_prefill", a.Expected.Short(), "presented_prefill", a.Presented.Short())
+		"type", a.Type.String(), "expected_prefill", a.Expected.Short(), "presented_prefill", a.Presented.Short(),
+		"lines_left_out", b.suppressed)
+	b.suppressed = 0
 }
 
 func clip(s string) string {

@@ -63,9 +63,11 @@ type Server struct {
 	// presented another prefill than the one the transfer was reserved
 	// for (transfer.SenderRefused).
 	sendersRefused prometheus.Counter
-	ready          atomic.Bool
-	kvAddr         atomic.Value // string
-	body           int64        // the largest generate body read (server.PromptBodyLimit)
+	// senderLog bounds how often wrongSender logs (loop only).
+	senderLog logBudget
+	ready     atomic.Bool
+	kvAddr    atomic.Value // string
+	body      int64        // the largest generate body read (server.PromptBodyLimit)
 
 	layers int
 	kvDim  int // storage words per token per layer (kv.PoolConfig.RowWords)
@@ -325,6 +327,12 @@ func (s *Server) handleExpect(w http.ResponseWriter, r *http.Request) {
 	var sender transfer.Identity
 	if err == nil {
 		sender, err = transfer.ParseIdentity(req.PrefillIdentity)
+	}
+	if err == nil && sender.IsZero() {
+		// All zeros names no prefill: taken, it would let any prefill
+		// that learnt the id open the reservation (Table.Expect refuses
+		// it too).
+		err = errors.New("prefill identity is all zeros, which names no prefill")
 	}
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": peerapi.FromError(errkind.Wrap(errkind.BadInput, "invalid_request", err, err.Error()))})

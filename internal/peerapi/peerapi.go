@@ -109,8 +109,11 @@ type GenerateRequest struct {
 // ExpectRequest names another prefill server for transfer ID: the router
 // moves a prefill leg that provably never started (its server could not
 // be reached, or refused the prompt before computing anything) to another
-// server under the same reservation. Decode refuses it (409) once a
-// prefill opened the transfer.
+// server under the same reservation, or its prefill call went out on a
+// connection that presents another key than the reservation names.
+// Decode refuses it (409) once a prefill opened the transfer, and (400)
+// for the all-zero identity, which names no one and would let any
+// prefill that learnt the id open it.
 type ExpectRequest struct {
 	ID              string `json:"id"`
 	PrefillIdentity string `json:"prefill_identity"`

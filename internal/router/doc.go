@@ -17,8 +17,10 @@
 //   - reserve without naming the prefill it chose (over TLS): the
 //     reservation carries the key that prefill's certificate presented on
 //     the router's own latest connection to it, so that decode takes the
-//     KV from that prefill alone, and a leg moved to another prefill is
-//     renamed to decode (expect) before the new prefill starts;
+//     KV from that prefill alone; a leg moved to another prefill, or a
+//     call that goes out on a connection presenting another key, is
+//     renamed to decode (expect) before the request is written, and never
+//     sent there if decode refuses;
 //   - end a stream with a finish reason unless decode said `done`: a lost
 //     decode connection is an Unavailable error, never a short success;
 //   - hide the first real error: when the transfer fails, the client gets

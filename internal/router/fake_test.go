@@ -29,7 +29,11 @@ type fakeCluster struct {
 	generates  []peerapi.GenerateRequest
 	generateOn []int                   // the index of the decode server asked for each of generates
 	expects    []peerapi.ExpectRequest // a reservation moved to another prefill
-	open       atomic.Int32            // generate streams still open
+	// prefillNamed is, for each of prefills, the prefill identity decode's
+	// reservation named when the PREFILL call arrived (its generate's,
+	// or the last expect's).
+	prefillNamed []string
+	open         atomic.Int32 // generate streams still open
 
 	// hooks
 	reserveErr          *peerapi.Error                             // decode refuses the reservation
@@ -52,6 +56,7 @@ type fakeCluster struct {
 	peerInfo            func(role string, i int, in *peerapi.Info) // edits one peer's info, after infoHook
 	infoDown            func(role string, i int) bool              // that peer's info answers 503
 	prefillAbort        atomic.Bool                                // prefill drops the connection after reading the request
+	expectRefused       atomic.Bool                                // decode answers every expect 409, as for an opened transfer
 }
 
 func newFake() *fakeCluster {
@@ -131,6 +136,11 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 	mux.HandleFunc(peerapi.PathExpect, func(w http.ResponseWriter, r *http.Request) {
 		var req peerapi.ExpectRequest
 		json.NewDecoder(r.Body).Decode(&req)
+		if f.expectRefused.Load() {
+			w.WriteHeader(http.StatusConflict)
+			json.NewEncoder(w).Encode(map[string]any{"error": &peerapi.Error{Kind: "bad_input", Code: "transfer_protocol", Message: "transfer was already opened"}})
+			return
+		}
 		f.mu.Lock()
 		f.expects = append(f.expects, req)
 		f.mu.Unlock()
@@ -145,6 +155,7 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 		f.mu.Lock()
 		f.prefills = append(f.prefills, req.ID)
 		f.prefillOn = append(f.prefillOn, i)
+		f.prefillNamed = append(f.prefillNamed, f.namedLocked(req.ID))
 		hold := f.prefillHold
 		f.mu.Unlock()
 		if f.prefillAbort.Load() {
@@ -243,6 +254,22 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 			Usage: &engine.Usage{PromptTokens: len(req.Prompt), CompletionTokens: f.tokens}})
 	})
 	return mux
+}
+
+// namedLocked is the prefill identity decode's reservation id names now:
+// the last expect's, else its generate's (f.mu held).
+func (f *fakeCluster) namedLocked(id string) string {
+	for k := len(f.expects) - 1; k >= 0; k-- {
+		if f.expects[k].ID == id {
+			return f.expects[k].PrefillIdentity
+		}
+	}
+	for _, g := range f.generates {
+		if g.ID == id {
+			return g.PrefillIdentity
+		}
+	}
+	return ""
 }
 
 // refusePeer answers 401 with peerauth's body when role's peerAuthFails

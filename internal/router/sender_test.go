@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
@@ -121,5 +122,100 @@ func TestMovedPrefillLegRenamesTheSender(t *testing.T) {
 	}
 	if moved == 0 || len(f.expects) != moved {
 		t.Fatalf("%d reservations moved, %d expects sent; want at least one, one each", moved, len(f.expects))
+	}
+}
+
+// TestPrefillReconnectNamesTheKeyItReached: the prefill the router names
+// is the one its PREFILL call reaches, not the one its last answer came
+// from. A prefill server that came back with a new certificate (a
+// restart: the router's kept connection is gone) and has not answered
+// since is reached on a new connection that presents the new key; the
+// reservation, made from the old one, is renamed to decode (expect)
+// before the call is written, or decode would refuse the KV of the very
+// prefill the router chose. (TestReserveNamesTheChosenPrefill covers a
+// health check between the two.)
+func TestPrefillReconnectNamesTheKeyItReached(t *testing.T) {
+	dir := t.TempDir()
+	ps, err := peerauth.MakeCerts(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := map[peerauth.Role]*peerauth.Auth{}
+	for r, p := range ps {
+		if as[r], err = peerauth.Load(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFake()
+	pa, ps0, cur := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
+	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
+	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, HealthEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	runAll(t, r, []string{"acme"}, 7, 3)
+	old := transfer.Identity(as[peerauth.RolePrefill].Identity()).String()
+	f.mu.Lock()
+	if len(f.prefillNamed) != 1 || f.prefillNamed[0] != old || len(f.expects) != 0 {
+		t.Fatalf("first request: decode named %v when PREFILL came, expects %+v; want %s and none", f.prefillNamed, f.expects, old)
+	}
+	f.mu.Unlock()
+
+	renewed := issue(t, filepath.Dir(ps[peerauth.RolePrefill].CA), "prefill-renewed", peerauth.RolePrefill)
+	cur.Store(renewed)
+	ps0.CloseClientConnections() // the restart, with no health check since
+	runAll(t, r, []string{"acme"}, 7, 3)
+	want := transfer.Identity(renewed.Identity()).String()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.prefillNamed) != 2 || f.prefillNamed[1] != want {
+		t.Fatalf("after the prefill's new certificate decode named %v when PREFILL came; want %s (the key the call reached), not %s",
+			f.prefillNamed, want, old)
+	}
+}
+
+// TestUnnamedPrefillIsNotCalled: when decode will not rename the
+// reservation to the key the PREFILL call's connection presents, the
+// prompt is never sent there (decode would refuse its KV anyway): the
+// request fails as a failure between the servers, not the prefill's
+// fault, and decode's reservation is cancelled.
+func TestUnnamedPrefillIsNotCalled(t *testing.T) {
+	dir := t.TempDir()
+	ps, err := peerauth.MakeCerts(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := map[peerauth.Role]*peerauth.Auth{}
+	for r, p := range ps {
+		if as[r], err = peerauth.Load(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFake()
+	pa, ps0, cur := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
+	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
+	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, HealthEvery: time.Hour,
+		CancelGiveUp: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cur.Store(issue(t, filepath.Dir(ps[peerauth.RolePrefill].CA), "prefill-renewed", peerauth.RolePrefill))
+	ps0.CloseClientConnections()
+	f.expectRefused.Store(true)
+	_, err = r.Submit(context.Background(), admitted(t, "acme", 7, 3))
+	e, ok := err.(*errkind.Error)
+	if !ok || e.Kind != errkind.Unavailable || e.Code != "transfer_sender_unnamed" {
+		t.Fatalf("Submit: %v; want Unavailable transfer_sender_unnamed", err)
+	}
+	f.mu.Lock()
+	n, gen := len(f.prefills), f.generates[0].ID
+	f.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("the prompt reached the prefill %d times; decode had not taken its key", n)
+	}
+	if c := f.cancelled(RoleDecode); len(c) != 1 || c[0] != gen {
+		t.Fatalf("decode cancels %v; want the reservation %s", c, gen)
 	}
 }

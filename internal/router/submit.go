@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -436,11 +438,20 @@ func (x *exchange) callPrefill(p *peer) prefillAnswer {
 	x.d.mu.Unlock()
 	ctx, done := context.WithTimeout(x.lctx, r.opts.TransferTimeout+5*time.Second)
 	defer done()
-	resp, err := r.post(ctx, p, peerapi.PathPrefill, peerapi.PrefillRequest{
+	cctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	resp, err := r.post(httptrace.WithClientTrace(cctx, x.nameReached(cctx, stop)), p, peerapi.PathPrefill, peerapi.PrefillRequest{
 		ID: x.id, Tenant: x.req.Tenant, Prompt: x.req.Prompt, MaxTokens: x.req.MaxTokens,
 		Sampling: peerapi.FromParams(x.req.Sampling), DecodeKVAddr: kvAddr,
 	})
 	if err != nil {
+		var un *unnamedError
+		if errors.As(context.Cause(cctx), &un) {
+			// Nothing was written (nameReached closed the connection
+			// first): the prefill server is not at fault, decode refused.
+			return prefillAnswer{err: errkind.Wrap(errkind.Unavailable, "transfer_sender_unnamed", un.err,
+				"the decode server would not take the KV from the prefill server the call reached")}
+		}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return prefillAnswer{err: errkind.Wrap(errkind.Unavailable, "transfer_timeout", err, "the prefill server did not finish the KV transfer in time")}
 		}
@@ -464,6 +475,42 @@ func (x *exchange) callPrefill(p *peer) prefillAnswer {
 		return prefillAnswer{err: errkind.New(errkind.Internal, "prefill_failed", "the prefill server failed without saying why")}
 	}
 	return prefillAnswer{}
+}
+
+// unnamedError is why nameReached stopped a prefill call: decode did not
+// take the rename to the key the call's connection presented.
+type unnamedError struct{ err error }
+
+func (e *unnamedError) Error() string { return "naming the prefill to decode: " + e.err.Error() }
+
+// nameReached makes the reservation name the prefill the PREFILL call
+// actually reaches. The reservation was made with the key the peer
+// presented on the router's last answer from it, but the call may go out
+// on another connection: a prefill server restarted with a new
+// certificate, or an address that several prefill processes answer,
+// presents another key there, and decode would refuse the KV of the very
+// prefill the router chose (transfer_wrong_sender). The hook runs once
+// the connection is chosen (after its handshake), before the request is
+// written, so a different key is named to decode (expect) first; should
+// decode refuse, the connection is closed so that the prompt is never
+// sent, and stop says why. x.sender is only touched here while the call
+// runs (retryPrefill waits for its answer).
+func (x *exchange) nameReached(ctx context.Context, stop context.CancelCauseFunc) *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		raw, ok := peerauth.ConnKeyIdentity(info.Conn)
+		key := transfer.Identity(raw)
+		if !ok || key == x.sender {
+			return
+		}
+		if err := x.r.expect(ctx, x.d, x.id, key); err != nil {
+			stop(&unnamedError{err})
+			info.Conn.Close()
+			return
+		}
+		x.r.log.Info("the prefill call reached a key other than the one the reservation named; decode now expects it",
+			"id", x.id, "prefill", x.p.addr, "was", x.sender.Short(), "now", key.Short())
+		x.sender = key
+	}}
 }
 
 // stream waits for decode's final result (or the client's cancel) and

@@ -100,8 +100,13 @@ func (t *Table) Reserve(res Reservation) error {
 // refused the prompt before computing anything) to another prefill
 // server under the same reservation. It fails once a stream opened the
 // transfer, since a sender that already began may not be replaced, and
-// for an id that is not live here.
+// for an id that is not live here. It also fails for the zero Identity:
+// that names no one, and would make the reservation a bearer key again,
+// open to any prefill that learnt the id.
 func (t *Table) Expect(id ID, sender Identity) error {
+	if sender.IsZero() {
+		return errf(errkind.BadInput, CodeProtocol, "a reservation can be moved only to a named prefill, not to any")
+	}
 	r := t.live[id]
 	if r == nil {
 		return errf(errkind.BadInput, CodeUnknownID, "decode holds no live reservation for this transfer")

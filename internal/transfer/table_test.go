@@ -177,3 +177,27 @@ func TestExpectMovesOnlyAnUnopenedReservation(t *testing.T) {
 		t.Fatal("Expect moved a transfer its sender had already opened")
 	}
 }
+
+// TestExpectNeverUnbinds: renaming a reservation's sender must name
+// someone. The zero Identity means "any prefill connection", so an Expect
+// to it would turn a reservation bound to one prefill back into a bearer
+// key that any prefill who learnt the id could open; it is refused, and
+// the reservation stays bound to the sender it had.
+func TestExpectNeverUnbinds(t *testing.T) {
+	tbl := NewTable(TableConfig{})
+	id := NewID()
+	chosen, rogue := Identity{1}, Identity{9}
+	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: chosen}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.Expect(id, Identity{}); err == nil {
+		t.Fatal("Expect to the zero identity (no one) succeeded")
+	}
+	open := &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
+	if got := abortsTo(tbl.Step(FrameIn{Peer: 3, From: rogue, Frame: open}), 3); len(got) != 1 || got[0].Code != CodeSender {
+		t.Fatalf("another prefill's OPEN after the refused Expect: %+v; want ABORT %s", got, CodeSender)
+	}
+	if acts := tbl.Step(FrameIn{Peer: 4, From: chosen, Frame: open}); len(acts) != 1 || acts[0].(SendFrame).Frame.Type != TypeHello {
+		t.Fatalf("the chosen sender's OPEN: %+v; want HELLO", acts)
+	}
+}
