@@ -2,7 +2,8 @@ package llama2c
 
 import (
 	"fmt"
-	"io/fs"
+
+	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
 )
 
 // Open memory-maps the checkpoint at path read-only and parses it, as
@@ -16,7 +17,7 @@ import (
 // would then fault on access, which no check here can prevent. On
 // platforms without mmap the file is read into memory instead.
 func Open(path string) (*Checkpoint, error) {
-	data, unmap, err := mapFile(path)
+	data, unmap, err := mmapfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("llama2c %s: %w", path, err)
 	}
@@ -54,15 +55,5 @@ func (c *Checkpoint) Evict(i int) {
 	if c.mapped == nil || i < 0 || i >= len(c.spans) {
 		return
 	}
-	dropPages(c.mapped, c.spans[i][0], c.spans[i][1])
-}
-
-// withoutPath drops the path from an *fs.PathError, which Open's own
-// prefix already names: "llama2c m.bin: no such file or directory", not
-// "llama2c m.bin: open m.bin: no such file or directory".
-func withoutPath(err error) error {
-	if pe, ok := err.(*fs.PathError); ok {
-		return pe.Err
-	}
-	return err
+	mmapfile.Drop(c.mapped, c.spans[i][0], c.spans[i][1])
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
 )
 
 // Open gives the tensors Parse gives for the same bytes, and its errors
@@ -80,7 +82,7 @@ func TestOpen(t *testing.T) {
 // allocates next to nothing. A checkpoint read into memory is its whole
 // size again (27 GB for a 7B model in float32).
 func TestOpenDoesNotRead(t *testing.T) {
-	if !mmapped {
+	if !mmapfile.Mapped {
 		t.Skip("no mmap on this platform: Open reads the file")
 	}
 	h := Header{Dim: 256, Hidden: 512, Layers: 8, Heads: 4, KVHeads: 4, Vocab: 4096, SeqLen: 64, SharedClassifier: true}

@@ -1,6 +1,6 @@
 //go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
 
-package llama2c
+package mmapfile
 
 import (
 	"fmt"
@@ -10,13 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mmapped reports that Open maps files rather than reading them.
-const mmapped = true
+// Mapped reports that Open maps files rather than reading them.
+const Mapped = true
 
-// mapFile maps path read-only and returns its bytes and a function that
-// unmaps them, as package gguf maps model files. Writes through the slice
-// fault, which is the point: a checkpoint is never modified.
-func mapFile(path string) ([]byte, func() error, error) {
+// Open maps path read-only and returns its bytes and a function that
+// unmaps them. Writes through the slice fault, which is the point. Errors
+// do not repeat the path: callers name the file in their own prefix.
+func Open(path string) ([]byte, func() error, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, nil, withoutPath(err)
@@ -32,7 +32,7 @@ func mapFile(path string) ([]byte, func() error, error) {
 		return nil, nil, fmt.Errorf("not a regular file (mode %v)", st.Mode())
 	}
 	if size == 0 {
-		// mmap rejects empty lengths; Parse reports the truncation.
+		// mmap rejects empty lengths; the parser reports the truncation.
 		return nil, func() error { return nil }, nil
 	}
 	if size > math.MaxInt {
@@ -45,12 +45,13 @@ func mapFile(path string) ([]byte, func() error, error) {
 	return data, func() error { return unix.Munmap(data) }, nil
 }
 
-// dropPages advises the kernel that bytes [lo, hi) of a mapping from
-// mapFile are not needed. Only whole pages are dropped, and not the one
-// holding hi, where the next tensor starts. The advice is a hint: a
-// failure leaves the pages resident, which costs memory, not correctness,
-// so it is not reported.
-func dropPages(mapped []byte, lo, hi int) {
+// Drop advises the kernel that bytes [lo, hi) of a mapping from Open are
+// not needed soon, so their pages leave the process's resident set (they
+// stay valid, and are read back if touched). Only whole pages are
+// dropped, and not the one holding hi, where the next tensor may start.
+// The advice is a hint: a failure leaves the pages resident, which costs
+// memory, not correctness, so it is not reported.
+func Drop(mapped []byte, lo, hi int) {
 	page := os.Getpagesize()
 	lo, hi = lo/page*page, hi/page*page
 	if lo < hi {

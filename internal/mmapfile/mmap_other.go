@@ -1,0 +1,21 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package mmapfile
+
+import "os"
+
+// Mapped reports that Open maps files rather than reading them.
+const Mapped = false
+
+// Open reads the whole file on platforms without mmap. It costs memory
+// equal to the file size, but keeps every reader working everywhere.
+func Open(path string) ([]byte, func() error, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, withoutPath(err)
+	}
+	return data, func() error { return nil }, nil
+}
+
+// Drop does nothing: the file is in the heap, not mapped.
+func Drop([]byte, int, int) {}
