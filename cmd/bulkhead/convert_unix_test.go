@@ -13,6 +13,43 @@ import (
 	"time"
 )
 
+// pipeReader makes a named pipe at fifo and reads up to n bytes from it
+// in the background, sent on got once read; r, closed when the test ends,
+// unblocks that read when closed early. The pipe is opened read-write, so
+// neither this open nor the converter's blocks. Both pipe tests start so.
+func pipeReader(t *testing.T, fifo string, n int) (r *os.File, got <-chan []byte) {
+	t.Helper()
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	r, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	c := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, n)
+		n, _ := io.ReadFull(r, b)
+		c <- b[:n]
+	}()
+	return r, c
+}
+
+// checkPiped waits for what pipeReader read and says where it is not
+// want: the check both pipe tests end with.
+func checkPiped(t *testing.T, got <-chan []byte, want []byte) {
+	t.Helper()
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, want) {
+			t.Errorf("read %d bytes from the pipe that differ from the file's %d", len(b), len(want))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing came through the pipe")
+	}
+}
+
 // An --out that is not a regular file (here a named pipe; /dev/null and
 // /dev/stdout alike) is written to, not replaced: renaming the temporary
 // file over it replaced the pipe with a regular file, and run as root
@@ -24,21 +61,7 @@ func TestConvertToPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	fifo := filepath.Join(dir, "pipe")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	// Opened read-write, so neither this open nor the converter's blocks.
-	r, err := os.OpenFile(fifo, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got := make(chan []byte, 1)
-	go func() {
-		b := make([]byte, len(want))
-		n, _ := io.ReadFull(r, b)
-		got <- b[:n]
-	}()
+	r, got := pipeReader(t, fifo, len(want))
 	if _, errOut, code := runCLI(t, "convert", "--type", "q8_0", "--out", fifo); code != 0 {
 		t.Fatalf("convert to a pipe: exit %d: %s", code, errOut)
 	}
@@ -46,14 +69,7 @@ func TestConvertToPipe(t *testing.T) {
 		r.Close() // unblocks the reader
 		t.Fatalf("the pipe was replaced: %v %v", fi.Mode(), err)
 	}
-	select {
-	case b := <-got:
-		if !bytes.Equal(b, want) {
-			t.Errorf("read %d bytes from the pipe that differ from the file's %d", len(b), len(want))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing came through the pipe")
-	}
+	checkPiped(t, got, want)
 }
 
 // An --out that is a symbolic link is written through, as cp and a
@@ -109,20 +125,7 @@ func TestConvertThroughSymlink(t *testing.T) {
 	}
 
 	fifo := filepath.Join(dir, "pipe")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	r, err := os.OpenFile(fifo, os.O_RDWR, 0) // so neither open blocks
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	got := make(chan []byte, 1)
-	go func() {
-		b := make([]byte, len(want))
-		n, _ := io.ReadFull(r, b)
-		got <- b[:n]
-	}()
+	r, got := pipeReader(t, fifo, len(want))
 	link := filepath.Join(dir, "to-pipe.gguf")
 	if err := os.Symlink(fifo, link); err != nil {
 		t.Fatal(err)
@@ -134,14 +137,7 @@ func TestConvertThroughSymlink(t *testing.T) {
 	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("the link to the pipe was replaced: %v %v", fi.Mode(), err)
 	}
-	select {
-	case b := <-got:
-		if !bytes.Equal(b, want) {
-			t.Errorf("read %d bytes from the pipe that differ from the file's %d", len(b), len(want))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("nothing came through the pipe")
-	}
+	checkPiped(t, got, want)
 }
 
 // A loop of links is refused with an error naming the --out given, and

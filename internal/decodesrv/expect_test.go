@@ -31,6 +31,18 @@ func (p *pair) otherPrefill(name string) *peerauth.Auth {
 	return a
 }
 
+// startWithRogue starts a pair whose decode logs to the returned buffer,
+// with a second prefill of the deployment (the rogue) and the identity of
+// the pair's own prefill (the one reservations name): where the tests of
+// a refused sender start.
+func startWithRogue(t *testing.T) (*pair, *syncBuffer, *peerauth.Auth, transfer.Identity) {
+	t.Helper()
+	log := new(syncBuffer)
+	p := startPair(t, setup{decLog: log})
+	rogue := p.otherPrefill("rogue-prefill")
+	return p, log, rogue, p.prefillIdentity()
+}
+
 // kvAs opens a KV connection to decode with a's credentials.
 func (p *pair) kvAs(a *peerauth.Auth) (net.Conn, transfer.Conn) {
 	p.t.Helper()
@@ -47,6 +59,31 @@ func (p *pair) kvAs(a *peerauth.Auth) (net.Conn, transfer.Conn) {
 func (p *pair) openFrame(id transfer.ID, prompt []int) *transfer.Frame {
 	info := p.dec.Info()
 	return &transfer.Frame{Type: transfer.TypeOpen, ID: id, Tenant: "acme", Tokens: uint32(len(prompt)), Layers: uint16(info.Layers), KVDim: uint32(info.KVDim), Window: 4}
+}
+
+// reserveFrom has decode reserve a fresh id for acme's prompt, naming
+// sender as the one prefill whose KV it takes, and reads the reservation:
+// how each test of the sender binding begins.
+func (p *pair) reserveFrom(sender transfer.Identity, prompt []int, maxTokens int) (transfer.ID, *genStream) {
+	p.t.Helper()
+	id := transfer.NewID()
+	g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens,
+		PrefillIdentity: sender.String()})
+	if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
+		p.t.Fatalf("reserve: %+v %v", ev, err)
+	}
+	return id, g
+}
+
+// reserveSolo encodes text, reserves it as reserveFrom does and returns
+// it with what the model alone generates from it, for the tests that
+// compare decode's output with that once the named prefill has sent.
+func (p *pair) reserveSolo(sender transfer.Identity, text string, maxTokens int) (prompt, want []int, id transfer.ID, g *genStream) {
+	p.t.Helper()
+	prompt = encode(text)
+	want = solo(p.t, prompt, maxTokens, peerapi.Sampling{}.Params())
+	id, g = p.reserveFrom(sender, prompt, maxTokens)
+	return prompt, want, id, g
 }
 
 // sendRead sends f on c and returns decode's next frame.
@@ -82,12 +119,7 @@ func TestExpectEndpoint(t *testing.T) {
 	want := solo(t, prompt, maxTokens, peerapi.Sampling{}.Params())
 	expectURL := p.decURL + peerapi.PathExpect
 
-	id := transfer.NewID()
-	g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens,
-		PrefillIdentity: firstID.String()})
-	if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
-		t.Fatalf("reserve: %+v %v", ev, err)
-	}
+	id, g := p.reserveFrom(firstID, prompt, maxTokens)
 	asPrefill := p.auths[peerauth.RolePrefill].HTTPClient(peerauth.RoleDecode)
 	if code, body := call(t, asPrefill, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id.String(), PrefillIdentity: second.String()}); code != http.StatusForbidden {
 		t.Fatalf("expect with a prefill's certificate: %d %s; want 403", code, body)
@@ -115,12 +147,7 @@ func TestExpectEndpoint(t *testing.T) {
 	}
 
 	// Opened: no rename any more.
-	id2 := transfer.NewID()
-	g2 := p.generate(context.Background(), peerapi.GenerateRequest{ID: id2.String(), Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens,
-		PrefillIdentity: second.String()})
-	if ev, err := g2.next(); err != nil || ev.Type != peerapi.EventReserved {
-		t.Fatalf("reserve: %+v %v", ev, err)
-	}
+	id2, g2 := p.reserveFrom(second, prompt, maxTokens)
 	snc, sc := p.kvAs(p.auths[peerauth.RolePrefill])
 	if got := sendRead(t, snc, sc, p.openFrame(id2, prompt)); got.Type != transfer.TypeHello {
 		t.Fatalf("the named prefill's OPEN: %+v; want HELLO", got)
@@ -147,19 +174,9 @@ func TestExpectEndpoint(t *testing.T) {
 // connection-level ABORT and closes it, and the chosen prefill then
 // transfers the KV as if nothing had come.
 func TestCorruptedFrameFromAnotherPrefill(t *testing.T) {
-	var log syncBuffer
-	p := startPair(t, setup{decLog: &log})
-	rogue := p.otherPrefill("rogue-prefill")
-	chosen := p.prefillIdentity()
-	prompt := encode("Once upon a time there was a little girl")
+	p, log, rogue, chosen := startWithRogue(t)
 	const maxTokens = 6
-	want := solo(t, prompt, maxTokens, peerapi.Sampling{}.Params())
-	id := transfer.NewID()
-	g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens,
-		PrefillIdentity: chosen.String()})
-	if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
-		t.Fatalf("reserve: %+v %v", ev, err)
-	}
+	prompt, want, id, g := p.reserveSolo(chosen, "Once upon a time there was a little girl", maxTokens)
 	nc, c := p.kvAs(rogue)
 	b, err := p.openFrame(id, prompt).Encode(nil, transfer.DefaultMaxFrameBytes)
 	if err != nil {
@@ -203,16 +220,9 @@ func TestCorruptedFrameFromAnotherPrefill(t *testing.T) {
 // line each: the lines are capped per second, and the next line written
 // says how many were left out.
 func TestWrongSenderLogIsBounded(t *testing.T) {
-	var log syncBuffer
-	p := startPair(t, setup{decLog: &log})
-	rogue := p.otherPrefill("rogue-prefill")
+	p, log, rogue, chosen := startWithRogue(t)
 	prompt := encode("Once upon a time")
-	id := transfer.NewID()
-	g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: 2,
-		PrefillIdentity: p.prefillIdentity().String()})
-	if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
-		t.Fatalf("reserve: %+v %v", ev, err)
-	}
+	id, g := p.reserveFrom(chosen, prompt, 2)
 	nc, c := p.kvAs(rogue)
 	const flood = 500
 	for i := range flood {

@@ -3,7 +3,6 @@ package decodesrv_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,38 +39,13 @@ func (p *pair) prefillIdentity() transfer.Identity {
 // prefill then transfers the KV and decode generates exactly what the
 // model alone does.
 func TestOnlyTheChosenPrefillOpensTheTransfer(t *testing.T) {
-	var log syncBuffer
-	p := startPair(t, setup{decLog: &log})
-	dir := filepath.Dir(p.peers[peerauth.RolePrefill].CA)
-	rogueCfg, err := peerauth.IssueNode(dir, dir, "rogue-prefill", peerauth.RolePrefill, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rogue, err := peerauth.Load(rogueCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chosen := p.prefillIdentity()
-
-	prompt := encode("Lily and Tom went to the park. They saw a big dog")
+	p, log, rogue, chosen := startWithRogue(t)
 	const maxTokens = 12
-	want := solo(t, prompt, maxTokens, peerapi.Sampling{}.Params())
-	id := transfer.NewID()
-	g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens,
-		PrefillIdentity: chosen.String()})
-	if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
-		t.Fatalf("reserve: %+v %v", ev, err)
-	}
+	prompt, want, id, g := p.reserveSolo(chosen, "Lily and Tom went to the park. They saw a big dog", maxTokens)
 
-	nc, err := rogue.Dial(context.Background(), p.kvAddr, peerauth.RoleDecode)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, c := p.kvAs(rogue)
 	rogueID := rogue.Identity()
-	c := transfer.NewTCPConn(nc, transfer.TCPOptions{})
-	defer c.Close()
-	info := p.dec.Info()
-	open := &transfer.Frame{Type: transfer.TypeOpen, ID: id, Tenant: "acme", Tokens: uint32(len(prompt)), Layers: uint16(info.Layers), KVDim: uint32(info.KVDim), Window: 4}
+	open := p.openFrame(id, prompt)
 	for _, f := range []*transfer.Frame{
 		{Type: transfer.TypeAbort, ID: id, Code: "rogue", Reason: "a rogue's abort"},
 		open,
@@ -123,14 +97,8 @@ func TestOnlyTheChosenPrefillOpensTheTransfer(t *testing.T) {
 func TestChosenPrefillUnderPSK(t *testing.T) {
 	p := startPair(t, setup{psk: true})
 	chosen := p.prefillIdentity()
-	prompt := encode("Once upon a time there was")
-	want := solo(t, prompt, 6, peerapi.Sampling{}.Params())
-	id := transfer.NewID().String()
-	g := p.generate(context.Background(), peerapi.GenerateRequest{ID: id, Tenant: "acme", Prompt: prompt, MaxTokens: 6, PrefillIdentity: chosen.String()})
-	if ev, err := g.next(); err != nil || ev.Type != peerapi.EventReserved {
-		t.Fatalf("reserve: %+v %v", ev, err)
-	}
-	pr := p.prefill(context.Background(), peerapi.PrefillRequest{ID: id, Tenant: "acme", Prompt: prompt, MaxTokens: 6, DecodeKVAddr: p.kvAddr})
+	prompt, want, id, g := p.reserveSolo(chosen, "Once upon a time there was", 6)
+	pr := p.prefill(context.Background(), peerapi.PrefillRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: 6, DecodeKVAddr: p.kvAddr})
 	got, last, _ := g.rest()
 	if !pr.OK || last.Type != peerapi.EventDone || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("psk transfer to the named prefill: prefill %+v (%+v), decode %+v (%+v), tokens %v want %v", pr, pr.Error, last, last.Error, got, want)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
 // TestIssuedCertificatesNameTheirRole: IssueNode puts exactly one role
@@ -77,21 +79,33 @@ func TestStrictRoleMarker(t *testing.T) {
 	}
 }
 
+// rolelessCert loads a valid certificate from the deployment's CA that
+// names no role: the client every role check must refuse.
+func rolelessCert(t *testing.T, ps map[Role]config.Peers) *Auth {
+	t.Helper()
+	now := time.Now()
+	a, err := Load(issueWith(t, filepath.Dir(ps[RoleRouter].CA), now.Add(-time.Hour), now.Add(time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// refusal is a client a role check refuses and what its error must say,
+// a row of the listener and endpoint tables below.
+type refusal struct {
+	client *Auth
+	want   string
+}
+
 // TestStreamRoles: a KV listener that accepts only prefill refuses the
 // router's certificate and a roleless one, and its error says which role
 // was presented and which was needed; a prefill refuses to send to a
 // server whose certificate is not a decode server's.
 func TestStreamRoles(t *testing.T) {
 	as, ps := deployment(t)
-	now := time.Now()
-	roleless, err := Load(issueWith(t, filepath.Dir(ps[RoleRouter].CA), now.Add(-time.Hour), now.Add(time.Hour)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		client *Auth
-		want   string
-	}{
+	roleless := rolelessCert(t, ps)
+	for _, c := range []refusal{
 		{as[RoleRouter], "presented a certificate with role router; this listener needs a certificate with role prefill"},
 		{as[RoleDecode], "with role decode; this listener needs a certificate with role prefill"},
 		{roleless, "with no bulkhead role"},
@@ -134,19 +148,12 @@ func TestStreamRoles(t *testing.T) {
 // server whose certificate is the router's.
 func TestHTTPRoles(t *testing.T) {
 	as, ps := deployment(t)
-	now := time.Now()
-	roleless, err := Load(issueWith(t, filepath.Dir(ps[RoleRouter].CA), now.Add(-time.Hour), now.Add(time.Hour)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	roleless := rolelessCert(t, ps)
 	dec := as[RoleDecode]
 	if code, body := httpCall(t, dec, as[RoleRouter], true); code != 200 || body != "ok" {
 		t.Errorf("the router: %d %q", code, body)
 	}
-	for _, c := range []struct {
-		client *Auth
-		want   string
-	}{
+	for _, c := range []refusal{
 		{as[RolePrefill], "the client presented a certificate with role prefill; /peer/v1/info needs a certificate with role router"},
 		{as[RoleDecode], "with role decode; /peer/v1/info needs a certificate with role router"},
 		{roleless, "with no bulkhead role"},

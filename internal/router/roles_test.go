@@ -19,7 +19,16 @@ import (
 // roleCerts makes a deployment CA and one certificate per role, loaded.
 func roleCerts(t *testing.T) map[peerauth.Role]*peerauth.Auth {
 	t.Helper()
-	ps, err := peerauth.MakeCerts(t.TempDir(), nil)
+	_, as := roleCertsAndCA(t)
+	return as
+}
+
+// roleCertsAndCA is roleCerts that also returns the directory holding the
+// CA, for the tests that issue more certificates from it.
+func roleCertsAndCA(t *testing.T) (string, map[peerauth.Role]*peerauth.Auth) {
+	t.Helper()
+	dir := t.TempDir()
+	ps, err := peerauth.MakeCerts(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +38,43 @@ func roleCerts(t *testing.T) map[peerauth.Role]*peerauth.Auth {
 			t.Fatal(err)
 		}
 	}
-	return as
+	return dir, as
+}
+
+// tlsRig is one prefill and one decode server over TLS, each with its
+// role's certificate from as, and a router over them: the deployment most
+// of the certificate tests start from, made in one place.
+type tlsRig struct {
+	f        *fakeCluster
+	r        *Router
+	pre, dec string                         // the prefill's and decode's addresses
+	preSrv   *httptest.Server               // the prefill server
+	preCert  *atomic.Pointer[peerauth.Auth] // the prefill's certificate, swappable
+}
+
+// startTLSRig serves the two peers and starts a router over them with o,
+// its Auth, Prefill and Decode filled in; the router is closed when the
+// test ends.
+func startTLSRig(t *testing.T, as map[peerauth.Role]*peerauth.Auth, o Options) *tlsRig {
+	t.Helper()
+	g := &tlsRig{f: newFake()}
+	g.pre, g.preSrv, g.preCert = tlsPeer(t, g.f, RolePrefill, 0, as[peerauth.RolePrefill])
+	g.dec, _, _ = tlsPeer(t, g.f, RoleDecode, 0, as[peerauth.RoleDecode])
+	o.Auth, o.Prefill, o.Decode = as[peerauth.RoleRouter], []string{g.pre}, []string{g.dec}
+	r, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	g.r = r
+	return g
+}
+
+// redeployPrefill has the prefill server present cert from now on and
+// drops the router's kept connections to it, as a restart would.
+func (g *tlsRig) redeployPrefill(cert *peerauth.Auth) {
+	g.preCert.Store(cert)
+	g.preSrv.CloseClientConnections()
 }
 
 // tlsPeer serves f's peer i of role (its Info says role) over TLS with
@@ -95,16 +140,9 @@ func TestRouterRequiresEachPeersCertificateRole(t *testing.T) {
 		})
 	}
 
-	f := newFake()
-	pa, _, _ := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
-	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, StartWait: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	runAll(t, r, []string{"acme"}, 7, 3)
-	if _, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Client: &http.Client{}, Prefill: []string{pa}, Decode: []string{da}}); err == nil {
+	g := startTLSRig(t, as, Options{StartWait: 5 * time.Second})
+	runAll(t, g.r, []string{"acme"}, 7, 3)
+	if _, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Client: &http.Client{}, Prefill: []string{g.pre}, Decode: []string{g.dec}}); err == nil {
 		t.Fatal("Options.Auth and Options.Client together were accepted")
 	}
 }
@@ -115,22 +153,14 @@ func TestRouterRequiresEachPeersCertificateRole(t *testing.T) {
 // and gets no request.
 func TestPeerRedeployedWithAnotherRoleIsDown(t *testing.T) {
 	as := roleCerts(t)
-	f := newFake()
-	pa, ps, cert := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
-	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da},
-		HealthEvery: 50 * time.Millisecond, DownAfter: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	cert.Store(as[peerauth.RoleDecode])
-	ps.CloseClientConnections() // kept-alive connections verified the old certificate
+	g := startTLSRig(t, as, Options{HealthEvery: 50 * time.Millisecond, DownAfter: 1000})
+	f, r := g.f, g.r
+	g.redeployPrefill(as[peerauth.RoleDecode]) // kept-alive connections verified the old certificate
 	waitFor(t, "a prefill address serving a decode certificate was not marked down", func() bool { return !r.Peers()[0].Up })
 	if why := r.Peers()[0].Why; !strings.Contains(why, "role decode") || !strings.Contains(why, "peers.prefill") {
 		t.Fatalf("down because %q; want the roles named", why)
 	}
-	_, err = r.Submit(context.Background(), admitted(t, "acme", 7, 3))
+	_, err := r.Submit(context.Background(), admitted(t, "acme", 7, 3))
 	if e := errkind.Of(err); e.Code != "no_healthy_peer" {
 		t.Fatalf("with the prefill down: %v", err)
 	}
@@ -146,13 +176,6 @@ func TestPSKPeersHaveNoRoleToCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFake()
-	pa, _, _ := tlsPeer(t, f, RolePrefill, 0, a)
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, a)
-	r, err := New(context.Background(), Options{Auth: a, Prefill: []string{pa}, Decode: []string{da}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	runAll(t, r, []string{"acme"}, 7, 3)
+	g := startTLSRig(t, map[peerauth.Role]*peerauth.Auth{peerauth.RolePrefill: a, peerauth.RoleDecode: a, peerauth.RoleRouter: a}, Options{})
+	runAll(t, g.r, []string{"acme"}, 7, 3)
 }

@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,6 +24,18 @@ func issue(t *testing.T, dir, name string, role peerauth.Role) *peerauth.Auth {
 	return a
 }
 
+// keyOf is the key a's certificate presents, as a reservation names its
+// prefill: what the sender tests compare the router's choice with.
+func keyOf(a *peerauth.Auth) string { return transfer.Identity(a.Identity()).String() }
+
+// generateNamed is the prefill named by the i-th reservation the fake
+// decode was asked for, read under the fake's lock.
+func (f *fakeCluster) generateNamed(i int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.generates[i].PrefillIdentity
+}
+
 // TestReserveNamesTheChosenPrefill: every reservation names the prefill
 // the router paired it with, by the key that prefill's certificate
 // presented on the router's own connection to it, so that decode takes
@@ -32,44 +43,20 @@ func issue(t *testing.T, dir, name string, role peerauth.Role) *peerauth.Auth {
 // another certificate, the next reservation names the new key, learnt
 // from the first answer on the new connection.
 func TestReserveNamesTheChosenPrefill(t *testing.T) {
-	dir := t.TempDir()
-	ps, err := peerauth.MakeCerts(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	as := map[peerauth.Role]*peerauth.Auth{}
-	for r, p := range ps {
-		if as[r], err = peerauth.Load(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f := newFake()
-	pa, ps0, cur := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
-	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, HealthEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	runAll(t, r, []string{"acme"}, 7, 3)
-	want := transfer.Identity(as[peerauth.RolePrefill].Identity()).String()
-	f.mu.Lock()
-	got := f.generates[0].PrefillIdentity
-	f.mu.Unlock()
-	if got != want {
+	dir, as := roleCertsAndCA(t)
+	g := startTLSRig(t, as, Options{HealthEvery: time.Hour})
+	runAll(t, g.r, []string{"acme"}, 7, 3)
+	want := keyOf(as[peerauth.RolePrefill])
+	if got := g.f.generateNamed(0); got != want {
 		t.Fatalf("the reservation names prefill %q; the chosen prefill's key is %s", got, want)
 	}
 
-	renewed := issue(t, filepath.Dir(ps[peerauth.RolePrefill].CA), "prefill-renewed", peerauth.RolePrefill)
-	cur.Store(renewed)
-	ps0.CloseClientConnections() // the restart: the router's next call reconnects
-	r.check(r.prefill[0])
-	runAll(t, r, []string{"acme"}, 7, 3)
-	want = transfer.Identity(renewed.Identity()).String()
-	f.mu.Lock()
-	got = f.generates[1].PrefillIdentity
-	f.mu.Unlock()
-	if got != want {
+	renewed := issue(t, dir, "prefill-renewed", peerauth.RolePrefill)
+	g.redeployPrefill(renewed) // the restart: the router's next call reconnects
+	g.r.check(g.r.prefill[0])
+	runAll(t, g.r, []string{"acme"}, 7, 3)
+	want = keyOf(renewed)
+	if got := g.f.generateNamed(1); got != want {
 		t.Fatalf("after the prefill's new certificate the reservation names %q, want its new key %s", got, want)
 	}
 }
@@ -79,24 +66,13 @@ func TestReserveNamesTheChosenPrefill(t *testing.T) {
 // reached) is first named to decode as that reservation's sender, or
 // decode would refuse the new prefill's KV.
 func TestMovedPrefillLegRenamesTheSender(t *testing.T) {
-	dir := t.TempDir()
-	ps, err := peerauth.MakeCerts(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	load := func(r peerauth.Role) *peerauth.Auth {
-		a, err := peerauth.Load(ps[r])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
+	dir, as := roleCertsAndCA(t)
 	second := issue(t, dir, "prefill-2", peerauth.RolePrefill)
 	f := newFake()
-	pa0, s0, _ := tlsPeer(t, f, RolePrefill, 0, load(peerauth.RolePrefill))
+	pa0, s0, _ := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
 	pa1, _, _ := tlsPeer(t, f, RolePrefill, 1, second)
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, load(peerauth.RoleDecode))
-	r, err := New(context.Background(), Options{Auth: load(peerauth.RoleRouter), Prefill: []string{pa0, pa1}, Decode: []string{da}, HealthEvery: time.Hour})
+	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
+	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa0, pa1}, Decode: []string{da}, HealthEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +81,7 @@ func TestMovedPrefillLegRenamesTheSender(t *testing.T) {
 	runAll(t, r, []string{"acme", "globex", "initech"}, 7, 3)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	want := transfer.Identity(second.Identity()).String()
+	want := keyOf(second)
 	moved := 0
 	for _, g := range f.generates {
 		if g.PrefillIdentity == want {
@@ -135,38 +111,21 @@ func TestMovedPrefillLegRenamesTheSender(t *testing.T) {
 // prefill the router chose. (TestReserveNamesTheChosenPrefill covers a
 // health check between the two.)
 func TestPrefillReconnectNamesTheKeyItReached(t *testing.T) {
-	dir := t.TempDir()
-	ps, err := peerauth.MakeCerts(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	as := map[peerauth.Role]*peerauth.Auth{}
-	for r, p := range ps {
-		if as[r], err = peerauth.Load(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f := newFake()
-	pa, ps0, cur := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
-	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, HealthEvery: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	dir, as := roleCertsAndCA(t)
+	g := startTLSRig(t, as, Options{HealthEvery: time.Hour})
+	f, r := g.f, g.r
 	runAll(t, r, []string{"acme"}, 7, 3)
-	old := transfer.Identity(as[peerauth.RolePrefill].Identity()).String()
+	old := keyOf(as[peerauth.RolePrefill])
 	f.mu.Lock()
 	if len(f.prefillNamed) != 1 || f.prefillNamed[0] != old || len(f.expects) != 0 {
 		t.Fatalf("first request: decode named %v when PREFILL came, expects %+v; want %s and none", f.prefillNamed, f.expects, old)
 	}
 	f.mu.Unlock()
 
-	renewed := issue(t, filepath.Dir(ps[peerauth.RolePrefill].CA), "prefill-renewed", peerauth.RolePrefill)
-	cur.Store(renewed)
-	ps0.CloseClientConnections() // the restart, with no health check since
+	renewed := issue(t, dir, "prefill-renewed", peerauth.RolePrefill)
+	g.redeployPrefill(renewed) // the restart, with no health check since
 	runAll(t, r, []string{"acme"}, 7, 3)
-	want := transfer.Identity(renewed.Identity()).String()
+	want := keyOf(renewed)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.prefillNamed) != 2 || f.prefillNamed[1] != want {
@@ -181,30 +140,12 @@ func TestPrefillReconnectNamesTheKeyItReached(t *testing.T) {
 // request fails as a failure between the servers, not the prefill's
 // fault, and decode's reservation is cancelled.
 func TestUnnamedPrefillIsNotCalled(t *testing.T) {
-	dir := t.TempDir()
-	ps, err := peerauth.MakeCerts(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	as := map[peerauth.Role]*peerauth.Auth{}
-	for r, p := range ps {
-		if as[r], err = peerauth.Load(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f := newFake()
-	pa, ps0, cur := tlsPeer(t, f, RolePrefill, 0, as[peerauth.RolePrefill])
-	da, _, _ := tlsPeer(t, f, RoleDecode, 0, as[peerauth.RoleDecode])
-	r, err := New(context.Background(), Options{Auth: as[peerauth.RoleRouter], Prefill: []string{pa}, Decode: []string{da}, HealthEvery: time.Hour,
-		CancelGiveUp: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	cur.Store(issue(t, filepath.Dir(ps[peerauth.RolePrefill].CA), "prefill-renewed", peerauth.RolePrefill))
-	ps0.CloseClientConnections()
+	dir, as := roleCertsAndCA(t)
+	g := startTLSRig(t, as, Options{HealthEvery: time.Hour, CancelGiveUp: 2 * time.Second})
+	f, r := g.f, g.r
+	g.redeployPrefill(issue(t, dir, "prefill-renewed", peerauth.RolePrefill))
 	f.expectRefused.Store(true)
-	_, err = r.Submit(context.Background(), admitted(t, "acme", 7, 3))
+	_, err := r.Submit(context.Background(), admitted(t, "acme", 7, 3))
 	e, ok := err.(*errkind.Error)
 	if !ok || e.Kind != errkind.Unavailable || e.Code != "transfer_sender_unnamed" {
 		t.Fatalf("Submit: %v; want Unavailable transfer_sender_unnamed", err)

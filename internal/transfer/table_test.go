@@ -19,6 +19,19 @@ func abortsTo(acts []Action, peer uint64) []*Frame {
 	return out
 }
 
+// reserveOne makes a Table holding one one-token reservation of tenant a
+// that only sender may open (the zero Identity: any connection), and the
+// OPEN that fits it: where each test of the sender binding starts.
+func reserveOne(t *testing.T, sender Identity) (*Table, ID, *Frame) {
+	t.Helper()
+	tbl := NewTable(TableConfig{})
+	id := NewID()
+	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: sender}); err != nil {
+		t.Fatal(err)
+	}
+	return tbl, id, &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
+}
+
 // TestUnopenedFailureAnswered: a reservation that failed before any
 // stream opened it (its lease ran out, or the router cancelled it) is
 // bound to no connection, so the Table answers whichever connection
@@ -64,13 +77,8 @@ func TestUnopenedFailureAnswered(t *testing.T) {
 // nothing had come, and once it finished the rogue still learns nothing
 // of its verdict.
 func TestOnlyTheReservedSenderMayOpen(t *testing.T) {
-	tbl := NewTable(TableConfig{})
-	id := NewID()
 	chosen, rogue := Identity{1, 2, 3}, Identity{9, 9, 9}
-	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: chosen}); err != nil {
-		t.Fatal(err)
-	}
-	open := &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
+	tbl, id, open := reserveOne(t, chosen)
 	hostile := []*Frame{
 		open,
 		{Type: TypeData, ID: id, Seq: 0, TokFrom: 0, TokTo: 1, LayerFrom: 0, LayerTo: 1, Payload: make([]byte, 8*8)},
@@ -138,12 +146,8 @@ func TestOnlyTheReservedSenderMayOpen(t *testing.T) {
 // router from before the binding) takes its OPEN from any prefill
 // connection, as before.
 func TestReservationWithoutSender(t *testing.T) {
-	tbl := NewTable(TableConfig{})
-	id := NewID()
-	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	acts := tbl.Step(FrameIn{Peer: 3, From: Identity{7}, Frame: &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}})
+	tbl, _, open := reserveOne(t, Identity{})
+	acts := tbl.Step(FrameIn{Peer: 3, From: Identity{7}, Frame: open})
 	if len(acts) != 1 || acts[0].(SendFrame).Frame.Type != TypeHello {
 		t.Fatalf("OPEN for a reservation without a sender: %+v; want HELLO", acts)
 	}
@@ -154,19 +158,14 @@ func TestReservationWithoutSender(t *testing.T) {
 // started), never once a sender opened it; the old sender is refused
 // from then on, the new one taken.
 func TestExpectMovesOnlyAnUnopenedReservation(t *testing.T) {
-	tbl := NewTable(TableConfig{})
-	id := NewID()
 	first, second := Identity{1}, Identity{2}
-	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: first}); err != nil {
-		t.Fatal(err)
-	}
+	tbl, id, open := reserveOne(t, first)
 	if err := tbl.Expect(NewID(), second); err == nil {
 		t.Fatal("Expect for an id not reserved here succeeded")
 	}
 	if err := tbl.Expect(id, second); err != nil {
 		t.Fatal(err)
 	}
-	open := &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
 	if got := abortsTo(tbl.Step(FrameIn{Peer: 3, From: first, Frame: open}), 3); len(got) != 1 || got[0].Code != CodeSender {
 		t.Fatalf("the replaced sender's OPEN: %+v; want ABORT %s", got, CodeSender)
 	}
@@ -184,16 +183,11 @@ func TestExpectMovesOnlyAnUnopenedReservation(t *testing.T) {
 // key that any prefill who learnt the id could open; it is refused, and
 // the reservation stays bound to the sender it had.
 func TestExpectNeverUnbinds(t *testing.T) {
-	tbl := NewTable(TableConfig{})
-	id := NewID()
 	chosen, rogue := Identity{1}, Identity{9}
-	if err := tbl.Reserve(Reservation{ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8, Deadline: time.Minute, Sender: chosen}); err != nil {
-		t.Fatal(err)
-	}
+	tbl, id, open := reserveOne(t, chosen)
 	if err := tbl.Expect(id, Identity{}); err == nil {
 		t.Fatal("Expect to the zero identity (no one) succeeded")
 	}
-	open := &Frame{Type: TypeOpen, ID: id, Tenant: "a", Tokens: 1, Layers: 1, KVDim: 8}
 	if got := abortsTo(tbl.Step(FrameIn{Peer: 3, From: rogue, Frame: open}), 3); len(got) != 1 || got[0].Code != CodeSender {
 		t.Fatalf("another prefill's OPEN after the refused Expect: %+v; want ABORT %s", got, CodeSender)
 	}
