@@ -37,6 +37,18 @@ func twoThreads(t *testing.T) *Pool {
 	return p
 }
 
+// poolOf is a Pool of one thread or, through twoThreads, two, closed
+// when the test ends: the tests that run on both repeat it per count.
+func poolOf(t *testing.T, threads int) *Pool {
+	t.Helper()
+	if threads == 2 {
+		return twoThreads(t)
+	}
+	p := NewPool(threads)
+	t.Cleanup(p.Close)
+	return p
+}
+
 // catch runs f and returns what it panicked with, or nil.
 func catch(f func()) (r any) {
 	defer func() { r = recover() }()
@@ -158,13 +170,7 @@ func TestPoolRefusesReentrantUse(t *testing.T) {
 	x := randFloats(rng, 256)
 	out := make([]float32, 300)
 	for _, threads := range []int{1, 2} {
-		var p *Pool
-		if threads == 2 {
-			p = twoThreads(t)
-		} else {
-			p = NewPool(1)
-			t.Cleanup(p.Close)
-		}
+		p := poolOf(t, threads)
 		for name, inner := range map[string]func(){
 			"For":    func() { p.For(64, func(_, _, _ int) {}) },
 			"MatMul": func() { p.MatMul(out, w, x, 1) },
@@ -194,13 +200,7 @@ func TestPoolRefusesReentrantUse(t *testing.T) {
 // For splits any n, however large, without overflowing its chunk bounds.
 func TestForHugeN(t *testing.T) {
 	for _, threads := range []int{1, 2} {
-		var p *Pool
-		if threads == 2 {
-			p = twoThreads(t)
-		} else {
-			p = NewPool(1)
-			t.Cleanup(p.Close)
-		}
+		p := poolOf(t, threads)
 		var calls atomic.Int32
 		var bad atomic.Value
 		r := catch(func() {
@@ -279,13 +279,7 @@ func TestForGoexit(t *testing.T) {
 // stale matrix product in its place.
 func TestForNilFn(t *testing.T) {
 	for _, threads := range []int{1, 2} {
-		var p *Pool
-		if threads == 2 {
-			p = twoThreads(t)
-		} else {
-			p = NewPool(1)
-			t.Cleanup(p.Close)
-		}
+		p := poolOf(t, threads)
 		rng := rand.New(rand.NewPCG(7, 7))
 		w, _ := randMatrix(t, rng, tensor.F32, 300, 256)
 		p.MatMul(make([]float32, 300), w, randFloats(rng, 256), 1)
