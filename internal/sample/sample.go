@@ -85,10 +85,11 @@ func (s *Sampler) Next(logits []float32) int {
 		return Greedy(logits)
 	}
 	idx, prob := s.softmax(logits)
-	if !s.cuts() {
+	topK, topP := s.cuts(len(prob))
+	if !topK && !topP {
 		return s.drawAll(prob)
 	}
-	idx, keep := s.candidates(idx, prob)
+	idx, keep := s.candidates(idx, prob, topK, topP)
 	return s.draw(idx, prob, keep)
 }
 
@@ -152,9 +153,9 @@ func (s *Sampler) drawAll(prob []float32) int {
 	return len(prob) - 1
 }
 
-// cuts reports whether top-k or top-p leaves tokens out.
-func (s *Sampler) cuts() bool {
-	return s.p.TopK > 0 || s.p.TopP > 0 && s.p.TopP < 1
+// cuts reports whether top-k and top-p can leave out any of n tokens.
+func (s *Sampler) cuts(n int) (topK, topP bool) {
+	return s.p.TopK > 0 && s.p.TopK < n, s.p.TopP > 0 && s.p.TopP < 1
 }
 
 // candidates orders the tokens top-k and top-p may draw from first in idx,
@@ -167,16 +168,9 @@ func (s *Sampler) cuts() bool {
 // top-p leaves out. The walk over the sorted set is the one a full sort
 // would make, so the draw is the same; where the set turns out too small
 // (rounding), the full sort runs.
-func (s *Sampler) candidates(idx []int, prob []float32) ([]int, int) {
+// topK and topP are cuts' answer, at least one of them true.
+func (s *Sampler) candidates(idx []int, prob []float32, topK, topP bool) ([]int, int) {
 	n := len(prob)
-	topK := s.p.TopK > 0 && s.p.TopK < n
-	topP := s.p.TopP > 0 && s.p.TopP < 1
-	if !topK && !topP {
-		for i := range idx[:n] {
-			idx[i] = i
-		}
-		return idx, n
-	}
 	var set []int
 	if topK {
 		set = topKSet(idx[:0], prob, s.p.TopK, &s.heap)
