@@ -189,27 +189,37 @@ func writeOutput(path string, write func(io.Writer) error) error {
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", name, withoutPath(err))
 	}
-	bw := &errWriter{w: bufio.NewWriterSize(f, 1<<20), intr: intr}
-	err = write(bw)
-	if err != nil && bw.err == nil && intr.err() == nil {
-		f.Close()
-		return err // the converter's, which says what it is about
-	}
-	if err == nil {
-		err = bw.w.Flush()
-	}
+	conv, err := writeAll(f, intr, write)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	switch {
+	case conv != nil:
+		return conv
 	case err == nil:
 		return nil
 	case intr.err() != nil:
 		return fmt.Errorf("writing %s: %w; what it got is not a whole GGUF file", name, intr.err())
-	case bw.err != nil:
-		err = bw.err
 	}
 	return fmt.Errorf("writing %s: %w", name, withoutPath(err))
+}
+
+// writeAll runs write into f and flushes what it buffered. A failure that
+// is the converter's own (bad weights, say) comes back as conv, to be
+// returned as it is, since it says what it is about; a failure of the
+// file, or a caught signal, as err, for the caller to name the output in.
+func writeAll(f *os.File, intr *interrupt, write func(io.Writer) error) (conv, err error) {
+	bw := &errWriter{w: bufio.NewWriterSize(f, 1<<20), intr: intr}
+	if werr := write(bw); werr != nil {
+		switch {
+		case bw.err != nil:
+			return nil, bw.err
+		case intr.err() != nil:
+			return nil, werr
+		}
+		return werr, nil
+	}
+	return nil, bw.w.Flush()
 }
 
 // maxLinks bounds followLinks, as the kernel bounds path resolution
@@ -267,18 +277,10 @@ func writeFileAtomic(path, name string, intr *interrupt, write func(io.Writer) e
 		}
 		return fmt.Errorf("writing %s: %w", name, withoutPath(err))
 	}
-	bw := &errWriter{w: bufio.NewWriterSize(f, 1<<20), intr: intr}
-	if err := write(bw); err != nil {
-		if bw.err == nil && intr.err() == nil {
-			f.Close()
-			return err // the converter's, which says what it is about
-		}
-		if bw.err != nil {
-			err = bw.err
-		}
-		return fail(err)
-	}
-	if err := bw.w.Flush(); err != nil {
+	if conv, err := writeAll(f, intr, write); conv != nil {
+		f.Close()
+		return conv
+	} else if err != nil {
 		return fail(err)
 	}
 	if err := f.Chmod(0o644); err != nil {

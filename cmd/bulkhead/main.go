@@ -58,6 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := cmd.run(args[1:], stdout, stderr)
+	var stopped interrupted
 	switch {
 	case err == nil:
 		return 0
@@ -66,13 +67,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(stderr, "bulkhead %s: %v\n", name, err)
 		return 2
-	case errors.As(err, new(interrupted)):
+	case errors.As(err, &stopped):
 		// 128 + the signal, as a shell reports a command a signal ended:
 		// the work stopped because it was asked to, not because it failed.
 		fmt.Fprintf(stderr, "bulkhead %s: %v\n", name, err)
-		var ie interrupted
-		errors.As(err, &ie)
-		if n, ok := ie.sig.(syscall.Signal); ok {
+		if n, ok := stopped.sig.(syscall.Signal); ok {
 			return 128 + int(n)
 		}
 		return 1
