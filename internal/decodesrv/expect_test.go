@@ -121,12 +121,12 @@ func TestExpectEndpoint(t *testing.T) {
 
 	id, g := p.reserveFrom(firstID, prompt, maxTokens)
 	asPrefill := p.auths[peerauth.RolePrefill].HTTPClient(peerauth.RoleDecode)
-	if code, body := call(t, asPrefill, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id.String(), PrefillIdentity: second.String()}); code != http.StatusForbidden {
-		t.Fatalf("expect with a prefill's certificate: %d %s; want 403", code, body)
+	if code, body := call(t, asPrefill, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id.String(), PrefillIdentity: second.String()}); code != http.StatusForbidden || !strings.Contains(body, "peer_role_forbidden") || !strings.Contains(body, "role prefill") {
+		t.Fatalf("expect with a prefill's certificate: %d %s; want 403 peer_role_forbidden naming the prefill role", code, body)
 	}
 	zero := strings.Repeat("0", 64)
-	if code, body := call(t, p.client, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id.String(), PrefillIdentity: zero}); code/100 != 4 {
-		t.Fatalf("expect naming the zero identity: %d %s; want a refusal", code, body)
+	if code, body := call(t, p.client, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id.String(), PrefillIdentity: zero}); code/100 != 4 || !strings.Contains(body, "all zeros") {
+		t.Fatalf("expect naming the zero identity: %d %s; want a refusal saying the identity is all zeros", code, body)
 	}
 	// Neither moved it: the first prefill still may open it, the pair's
 	// prefill may not. (first's OPEN is not sent: it would bind.)
@@ -152,8 +152,8 @@ func TestExpectEndpoint(t *testing.T) {
 	if got := sendRead(t, snc, sc, p.openFrame(id2, prompt)); got.Type != transfer.TypeHello {
 		t.Fatalf("the named prefill's OPEN: %+v; want HELLO", got)
 	}
-	if code, body := call(t, p.client, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id2.String(), PrefillIdentity: firstID.String()}); code != http.StatusConflict {
-		t.Fatalf("expect for an opened transfer: %d %s; want 409", code, body)
+	if code, body := call(t, p.client, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id2.String(), PrefillIdentity: firstID.String()}); code != http.StatusConflict || !strings.Contains(body, "already opened") {
+		t.Fatalf("expect for an opened transfer: %d %s; want 409 saying the transfer was already opened", code, body)
 	}
 	if got := sendRead(t, nc, c, p.openFrame(id2, prompt)); got.Type != transfer.TypeAbort || got.Code != transfer.CodeSender {
 		t.Fatalf("another prefill's OPEN after the refused rename: %+v; want ABORT %s", got, transfer.CodeSender)
