@@ -31,11 +31,21 @@ func (id ID) IsZero() bool { return id == ID{} }
 // ParseID parses 32 hex digits, as String writes them.
 func ParseID(s string) (ID, error) {
 	var id ID
-	if len(s) != 2*len(id) {
-		return id, fmt.Errorf("transfer id %q: want %d hex digits, have %d", s, 2*len(id), len(s))
-	}
-	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return ID{}, fmt.Errorf("transfer id %q: %v", s, err)
+	if err := parseHex(id[:], s, "transfer id"); err != nil {
+		return ID{}, err
 	}
 	return id, nil
+}
+
+// parseHex fills dst from exactly 2·len(dst) hex digits, for the
+// fixed-size values the protocol spells in hex (ID, Identity); what names
+// the value in errors.
+func parseHex(dst []byte, s, what string) error {
+	if len(s) != 2*len(dst) {
+		return fmt.Errorf("%s %q: want %d hex digits, have %d", what, s, 2*len(dst), len(s))
+	}
+	if _, err := hex.Decode(dst, []byte(s)); err != nil {
+		return fmt.Errorf("%s %q: %v", what, s, err)
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"encoding/hex"
-	"fmt"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 )
@@ -44,11 +43,8 @@ func (i Identity) Short() string {
 // ParseIdentity parses 64 hex digits, as String writes them.
 func ParseIdentity(s string) (Identity, error) {
 	var i Identity
-	if len(s) != 2*len(i) {
-		return i, fmt.Errorf("prefill identity %q: want %d hex digits, have %d", s, 2*len(i), len(s))
-	}
-	if _, err := hex.Decode(i[:], []byte(s)); err != nil {
-		return Identity{}, fmt.Errorf("prefill identity %q: %v", s, err)
+	if err := parseHex(i[:], s, "prefill identity"); err != nil {
+		return Identity{}, err
 	}
 	return i, nil
 }
