@@ -78,6 +78,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	var m *convert.Model
+	// A mapped input truncated mid-conversion faults on its next read;
+	// guard turns that into an error naming it (Checkpoint.Guard).
+	guard := func(f func() error) error { return f() }
 	switch {
 	case *random != "":
 		shape, ok := convert.Shapes[*random]
@@ -108,6 +111,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer c.Close()
+		guard = c.Guard
 		t, err := tokenizer.FromLlama2C(tok, c.Vocab)
 		if err != nil {
 			return inFile(*tokPath, err)
@@ -115,17 +119,19 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		m = convert.FromLlama2C(name, c, t)
 	}
 	return writeOutput(*out, func(w io.Writer) error {
-		switch {
-		case mixQ4KM:
-			return convert.WriteGGUFQ4KM(w, m)
-		case mixQ5KM:
-			return convert.WriteGGUFQ5KM(w, m)
-		case mixQ3KM:
-			return convert.WriteGGUFQ3KM(w, m)
-		case dt == tensor.Q2_K:
-			return convert.WriteGGUFQ2K(w, m)
-		}
-		return convert.WriteGGUF(w, m, dt)
+		return guard(func() error {
+			switch {
+			case mixQ4KM:
+				return convert.WriteGGUFQ4KM(w, m)
+			case mixQ5KM:
+				return convert.WriteGGUFQ5KM(w, m)
+			case mixQ3KM:
+				return convert.WriteGGUFQ3KM(w, m)
+			case dt == tensor.Q2_K:
+				return convert.WriteGGUFQ2K(w, m)
+			}
+			return convert.WriteGGUF(w, m, dt)
+		})
 	})
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/llama2c"
 )
 
 // The most memory a real convert process holds while converting a
@@ -63,57 +66,105 @@ func TestConvertCheckpointPeakRSS(t *testing.T) {
 
 // peakWhileWriting runs bin with args, which write to the named pipe fifo,
 // reads first bytes from the pipe, and returns the process's VmHWM then;
-// it then reads the pipe until the process exits.
+// it then reads the pipe until the process exits, which must succeed.
 func peakWhileWriting(bin, fifo string, first int64, args ...string) (int64, error) {
+	var hwm int64
+	var hwmErr error
+	exit, stderr, err := whileWriting(bin, fifo, first, func(pid int) { hwm, hwmErr = vmHWM(pid) }, args...)
+	switch {
+	case err != nil:
+		return 0, err
+	case exit != nil:
+		return 0, fmt.Errorf("%v\n%s", exit, stderr)
+	}
+	return hwm, hwmErr
+}
+
+// whileWriting runs bin with args, which write to the named pipe fifo,
+// reads first bytes from the pipe, calls at with the process's id while
+// it is blocked on its next writes, then reads the pipe until the process
+// exits. It returns how the process exited and what it wrote to stderr;
+// err is the harness's own failure (the process ended early or hung).
+func whileWriting(bin, fifo string, first int64, at func(pid int), args ...string) (exit error, stderr string, err error) {
 	// Opened read-write, so neither this open nor the writer's blocks.
 	r, err := os.OpenFile(fifo, os.O_RDWR, 0)
 	if err != nil {
-		return 0, err
+		return nil, "", err
 	}
 	defer r.Close()
 	cmd := exec.Command(bin, args...)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	var errOut syncBuffer
+	cmd.Stderr = &errOut
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		return nil, "", err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	read := func(n int64) error {
-		done := make(chan error, 1)
-		go func() {
-			_, err := io.CopyN(io.Discard, r, n)
-			done <- err
-		}()
-		select {
-		case err := <-done:
-			return err
-		case err := <-exited:
-			r.Close() // unblocks the reader
-			return fmt.Errorf("exited before writing %d more bytes: %v\n%s", n, err, stderr.String())
-		case <-time.After(time.Minute):
-			cmd.Process.Kill()
-			r.Close()
-			return fmt.Errorf("did not write %d more bytes within a minute", n)
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.CopyN(io.Discard, r, first)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, "", err
 		}
+	case err := <-exited:
+		r.Close() // unblocks the reader
+		return nil, "", fmt.Errorf("exited before writing %d bytes: %v\n%s", first, err, errOut.String())
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		r.Close()
+		return nil, "", fmt.Errorf("did not write %d bytes within a minute", first)
 	}
-	if err := read(first); err != nil {
-		return 0, err
-	}
-	hwm, hwmErr := vmHWM(cmd.Process.Pid)
+	at(cmd.Process.Pid)
 	// The rest of the file, to EOF: the test holds a write end too, so
 	// the drain ends when the process does, not at end of file.
 	go io.Copy(io.Discard, r)
 	select {
-	case err := <-exited:
-		if err != nil {
-			return 0, fmt.Errorf("%v\n%s", err, stderr.String())
-		}
+	case exit = <-exited:
+		return exit, errOut.String(), nil
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
-		return 0, fmt.Errorf("still running a minute after its output was drained")
+		return nil, "", fmt.Errorf("still running a minute after its output was drained")
 	}
-	return hwm, hwmErr
+}
+
+// A checkpoint truncated while convert reads it (another process rewriting
+// it in place) ends the conversion with an error that names the file and
+// says what happened, and exit status 1. It used to end the process with
+// SIGBUS and a runtime stack dump: the checkpoint is mapped, and a mapping
+// faults where the file no longer reaches.
+func TestConvertCheckpointTruncatedMidway(t *testing.T) {
+	bin := bulkheadBinary(t)
+	dir := t.TempDir()
+	ckpt, tok, _ := writeCheckpoint(t, dir, streamShape)
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// Past the first flush of convert's 1 MB buffer: the header and some
+	// tensors are out, and the rest of the checkpoint is still to be read.
+	cut := func(int) {
+		if err := os.Truncate(ckpt, llama2c.HeaderBytes); err != nil {
+			t.Error(err)
+		}
+	}
+	exit, stderr, err := whileWriting(bin, fifo, 2<<20, cut, "convert", "--checkpoint", ckpt, "--tokenizer", tok, "--out", fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if !errors.As(exit, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("convert ended with %v; want exit status 1\n%s", exit, stderr)
+	}
+	if want := "llama2c " + ckpt + ": the file shrank or was rewritten while it was being read"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q; want it to contain %q", stderr, want)
+	}
+	if strings.Contains(stderr, "goroutine ") {
+		t.Errorf("stderr holds a stack dump:\n%s", stderr)
+	}
 }
 
 // vmHWM reads a process's peak resident set size from /proc.

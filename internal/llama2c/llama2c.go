@@ -43,6 +43,7 @@ type Checkpoint struct {
 	spans  [][2]int     // each tensor's byte range in the file, for Evict
 	mapped []byte       // the file's mapping, when Open made one
 	unmap  func() error // releases mapped
+	path   string       // the mapped file, for Guard's errors
 }
 
 // Parse validates data as a llama2.c checkpoint and returns views of its

@@ -1,6 +1,7 @@
 package llama2c
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
@@ -28,8 +29,21 @@ func Open(path string) (*Checkpoint, error) {
 		}
 		return nil, err
 	}
-	c.mapped, c.unmap = data, unmap
+	c.mapped, c.unmap, c.path = data, unmap, path
 	return c, nil
+}
+
+// Guard runs f, which reads the checkpoint's tensors, and returns a
+// fault on the mapping (the file was truncated while open) as an error
+// naming the file and wrapping mmapfile.ErrChanged, instead of letting
+// the process die of SIGBUS. It guards only the calling goroutine; for a
+// checkpoint from Parse it just calls f.
+func (c *Checkpoint) Guard(f func() error) error {
+	err := mmapfile.Guard(c.mapped, f)
+	if errors.Is(err, mmapfile.ErrChanged) {
+		return fmt.Errorf("llama2c %s: %w", c.path, err)
+	}
+	return err
 }
 
 // Close unmaps a checkpoint from Open; for one from Parse it does nothing.

@@ -1,0 +1,50 @@
+package mmapfile
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"unsafe"
+)
+
+// ErrChanged is wrapped by the error Guard returns when a mapping faulted:
+// another process truncated the file (or rewrote it in place) while it
+// was mapped, and the pages past its new end are gone.
+var ErrChanged = errors.New("the file shrank or was rewritten while it was being read (changed by another process?)")
+
+// faultAddr is what a runtime.Error raised under SetPanicOnFault carries:
+// the address that faulted.
+type faultAddr interface {
+	error
+	Addr() uintptr
+}
+
+// Guard runs f on the calling goroutine and turns a memory fault inside
+// mapped (a mapping from Open) into an error wrapping ErrChanged, where
+// the process would otherwise die of SIGBUS with a runtime stack dump. A
+// mapping keeps the length the file had when it was mapped; a reader
+// cannot check that each access is still backed by the file, so the fault
+// is the only notice it gets.
+//
+// Only f's own goroutine is guarded (SetPanicOnFault is per goroutine),
+// not goroutines f starts. A fault outside mapped is a bug, not a file
+// that changed: it and every other panic pass through. With no mapping
+// (a file read whole, or nil) Guard only calls f.
+func Guard(mapped []byte, f func() error) (err error) {
+	if len(mapped) == 0 {
+		return f()
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mapped)))
+	hi := lo + uintptr(len(mapped))
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			fa, ok := r.(faultAddr)
+			if !ok || fa.Addr() < lo || fa.Addr() >= hi {
+				panic(r)
+			}
+			err = fmt.Errorf("%w: byte %d of the mapping faulted", ErrChanged, fa.Addr()-lo)
+		}
+	}()
+	return f()
+}

@@ -1,0 +1,88 @@
+package mmapfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// mapTruncated maps a file of four pages, then cuts it to one, as another
+// process rewriting a model in place would: pages 1 to 3 of the mapping
+// are no longer backed.
+func mapTruncated(t *testing.T, name string) []byte {
+	t.Helper()
+	page := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, make([]byte, 4*page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, unmap, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmap() })
+	if err := os.Truncate(path, int64(page)); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// A read past a truncated file's new end is an error that says the file
+// changed, not a SIGBUS that kills the process; reads of what is left,
+// and f's own errors, are untouched.
+func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
+	if !Mapped {
+		t.Skip("files are read, not mapped, on this platform")
+	}
+	data := mapTruncated(t, "m.bin")
+	page := os.Getpagesize()
+	var sink byte
+	err := Guard(data, func() error {
+		sink += data[0]
+		sink += data[3*page+5] // faults
+		return nil
+	})
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d ", 3*page+5)) {
+		t.Fatalf("Guard: %v; want ErrChanged at byte %d", err, 3*page+5)
+	}
+	if err := Guard(data, func() error { sink += data[page-1]; return nil }); err != nil {
+		t.Fatalf("a read inside the file: %v", err)
+	}
+	own := errors.New("the converter's own")
+	if err := Guard(data, func() error { return own }); err != own {
+		t.Fatalf("f's error came back as %v", err)
+	}
+	// The goroutine is back to crashing on faults: Guard restores the
+	// setting it found.
+	if got := Guard(nil, func() error { return nil }); got != nil {
+		t.Fatal(got)
+	}
+}
+
+// A fault in another mapping, or any other panic, is not the guarded
+// file's doing: it passes through as a panic.
+func TestGuardPassesOtherPanicsThrough(t *testing.T) {
+	if !Mapped {
+		t.Skip("files are read, not mapped, on this platform")
+	}
+	guarded := mapTruncated(t, "a.bin")
+	other := mapTruncated(t, "b.bin")
+	page := os.Getpagesize()
+	var sink byte
+	for name, f := range map[string]func() error{
+		"a fault elsewhere": func() error { sink += other[3*page]; return nil },
+		"a plain panic":     func() error { panic("boom") },
+	} {
+		r := func() (r any) {
+			defer func() { r = recover() }()
+			Guard(guarded, f)
+			return nil
+		}()
+		if r == nil {
+			t.Errorf("%s: Guard returned instead of panicking", name)
+		}
+	}
+}
