@@ -23,10 +23,16 @@ type Tick struct{ Now time.Duration }
 // connection authenticated as (its Identity; zero when the edge cannot
 // tell): a reservation that names its sender takes frames only from
 // connections that present that identity.
+//
+// Router says the edge authenticated the connection as the router's. Only
+// the router may CANCEL a transfer by frame; on any other connection a
+// CANCEL is refused, since a prefill that learnt another transfer's id
+// could otherwise end it. The zero value is the safe one: not the router.
 type FrameIn struct {
-	Peer  uint64
-	From  Identity
-	Frame *Frame
+	Peer   uint64
+	From   Identity
+	Router bool
+	Frame  *Frame
 }
 
 // BadFrame is bytes from Peer that failed to decode (Err is usually a

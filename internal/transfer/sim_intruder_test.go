@@ -19,6 +19,7 @@ func (w *world) intrude(x *simXfer) {
 		{Type: TypeOpen, ID: x.id, Tenant: "intruder", Tokens: uint32(x.n), Layers: uint16(w.layers), KVDim: uint32(w.kvdim)},
 		{Type: TypeCommit, ID: x.id, Tokens: uint32(x.n), Frames: 1},
 		{Type: TypeAbort, ID: x.id, Code: "intruder"},
+		{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "intruder"},
 	}
 	for _, b := range x.recorded {
 		if f, err := Decode(b, w.maxFrame); err == nil && f.Type == TypeData {
@@ -41,8 +42,8 @@ func (w *world) intrude(x *simXfer) {
 // intrudeEarly is a rogue prefill, another holder of a prefill
 // certificate that learnt x's id, claiming the reservation before (or
 // while) the chosen prefill opens it: an OPEN that matches the
-// reservation in every field, a DATA frame of the right shape, a COMMIT
-// and an ABORT, in random order. Without the sender check its OPEN
+// reservation in every field, a DATA frame of the right shape, a COMMIT,
+// an ABORT and a CANCEL, in random order. Without the sender check its OPEN
 // would bind the transfer to it, and its ABORT or early DATA or COMMIT
 // would fail it; with it, the rogue hears only ABORTs, and the chosen
 // prefill then completes the transfer (mustSucceed).
@@ -54,6 +55,7 @@ func (w *world) intrudeEarly(x *simXfer) {
 		{Type: TypeData, ID: x.id, Seq: 0, TokFrom: 0, TokTo: 1, LayerFrom: 0, LayerTo: uint16(w.layers), Payload: make([]byte, cells*8*w.kvdim)},
 		{Type: TypeCommit, ID: x.id, Tokens: uint32(x.n), Frames: 1},
 		{Type: TypeAbort, ID: x.id, Code: "rogue"},
+		{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "rogue"},
 	}
 	w.rng.Shuffle(len(hostile), func(i, j int) { hostile[i], hostile[j] = hostile[j], hostile[i] })
 	for _, f := range hostile {

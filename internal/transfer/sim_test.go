@@ -322,7 +322,7 @@ func (w *world) clientGone(x *simXfer) {
 		// The RESERVE is still on its way: the router's CANCEL overtakes
 		// it and is acknowledged first (reserve checks the RESERVE is
 		// then refused).
-		for _, a := range w.table.Step(FrameIn{Peer: routerPeer, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled}}) {
+		for _, a := range w.table.Step(FrameIn{Peer: routerPeer, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled}}) {
 			if sf, ok := a.(SendFrame); !ok || sf.Frame.Type != TypeCancelled {
 				w.violate("x%d: cancel of a RESERVE not yet arrived caused %T", x.idx, a)
 			}

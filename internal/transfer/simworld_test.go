@@ -498,7 +498,7 @@ func (w *world) sendCancel(x *simXfer) {
 			epoch := w.dEpoch
 			w.at(w.lat(), func() {
 				if epoch == w.dEpoch {
-					w.dActs(w.table.Step(FrameIn{Peer: routerPeer, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "router cancel"}}))
+					w.dActs(w.table.Step(FrameIn{Peer: routerPeer, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "router cancel"}}))
 				}
 			})
 		}

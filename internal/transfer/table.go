@@ -178,6 +178,12 @@ func (t *Table) Step(ev Event) []Action {
 func (t *Table) frame(out []Action, e FrameIn) []Action {
 	f := e.Frame
 	if f.Type == TypeCancel {
+		if !e.Router {
+			// The edge keeps router frames off prefill connections too
+			// (decodesrv's fromPrefill); this holds if it ever does not.
+			return append(out, SendFrame{Peer: e.Peer, Frame: abortFrame(f.ID,
+				errf(errkind.BadInput, CodeProtocol, "only the router may cancel a transfer"))})
+		}
 		// The router's cancel, acknowledged on its own connection whatever
 		// the transfer's state.
 		for _, a := range t.Step(Cancel{ID: f.ID, Reason: fromFrame(f, "the router")}) {

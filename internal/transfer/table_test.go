@@ -195,3 +195,46 @@ func TestExpectNeverUnbinds(t *testing.T) {
 		t.Fatalf("the chosen sender's OPEN: %+v; want HELLO", acts)
 	}
 }
+
+// Only the router cancels by frame. A CANCEL on any other connection, the
+// reserved prefill's own included, is answered with an ABORT to that
+// connection and changes nothing; the router's is acknowledged with
+// CANCELLED and fails the transfer.
+func TestOnlyTheRouterCancelsByFrame(t *testing.T) {
+	chosen := Identity{1, 2, 3}
+	tbl, id, open := reserveOne(t, chosen)
+	cancel := &Frame{Type: TypeCancel, ID: id, Code: CodeCancelled, Reason: "client went away"}
+	for _, from := range []Identity{chosen, {9}, {}} {
+		acts := tbl.Step(FrameIn{Peer: 5, From: from, Frame: cancel})
+		if len(acts) != 1 {
+			t.Fatalf("a CANCEL from %s caused %+v; want one ABORT", from.Short(), acts)
+		}
+		sf, ok := acts[0].(SendFrame)
+		if !ok || sf.Peer != 5 || sf.Frame.Type != TypeAbort || sf.Frame.Code != CodeProtocol {
+			t.Fatalf("a CANCEL from %s caused %+v; want an ABORT of code %s to it", from.Short(), acts[0], CodeProtocol)
+		}
+	}
+	if r := tbl.Receiver(id); r == nil || !r.Unopened() {
+		t.Fatal("a refused CANCEL changed the reservation")
+	}
+	for _, a := range tbl.Step(FrameIn{Peer: 6, From: chosen, Frame: open}) {
+		if sf, ok := a.(SendFrame); !ok || sf.Frame.Type == TypeAbort {
+			t.Fatalf("the chosen prefill's OPEN after refused CANCELs caused %T %+v", a, a)
+		}
+	}
+	if r := tbl.Receiver(id); r == nil || r.Unopened() {
+		t.Fatal("the chosen prefill's OPEN did not open the transfer")
+	}
+	var cancelled, failed bool
+	for _, a := range tbl.Step(FrameIn{Peer: 7, Router: true, Frame: cancel}) {
+		switch a := a.(type) {
+		case SendFrame:
+			cancelled = cancelled || a.Peer == 7 && a.Frame.Type == TypeCancelled
+		case Fail:
+			failed = a.ID == id
+		}
+	}
+	if !cancelled || !failed {
+		t.Fatalf("the router's CANCEL: acknowledged %v, transfer failed %v; want both", cancelled, failed)
+	}
+}
