@@ -40,6 +40,16 @@ type Options struct {
 	KVAdvertise string
 	// TickEvery paces the Table's clock (lease deadlines); default 50ms.
 	TickEvery time.Duration
+	// ModelCheckEvery is how often the model file is checked for writes
+	// in place (server.WatchModel); 0: server.ModelCheckEvery.
+	ModelCheckEvery time.Duration
+}
+
+func (o Options) modelCheckEvery() time.Duration {
+	if o.ModelCheckEvery > 0 {
+		return o.ModelCheckEvery
+	}
+	return server.ModelCheckEvery
 }
 
 // Server is an assembled decode server.
@@ -194,10 +204,19 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	s.ready.Store(true)
 	s.log.Info("decode serving", "control", controlLn.Addr().String(), "kv", addr)
 
-	var err error
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	changed := server.WatchModel(watchCtx, s.Model, s.opts.modelCheckEvery())
+	var err, modelErr error
+	drain := s.opts.Drain
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+	case modelErr = <-changed:
+		// The weights changed with the file: nothing in flight may finish
+		// on them, so no drain.
+		s.log.Error("stopping: the model file was modified under the server", "err", modelErr)
+		drain = 0
 	}
 	s.ready.Store(false)
 	// Reservations still waiting for KV when there is no more time for
@@ -215,7 +234,7 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 		// generate requests in flight; the KV listener stays open meanwhile,
 		// since only prefill servers sending KV for those requests can use
 		// it (the Table refuses every other id).
-		sctx, cancel := context.WithTimeout(context.Background(), s.opts.Drain)
+		sctx, cancel := context.WithTimeout(context.Background(), drain)
 		err = srv.Shutdown(sctx)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -242,6 +261,9 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	<-gaugesDone
 	s.threads.Close()
 	s.Model.Close()
+	if modelErr != nil {
+		return modelErr
+	}
 	return err
 }
 

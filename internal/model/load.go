@@ -39,8 +39,28 @@ func Open(path, tokenizerPath string) (*Model, error) {
 		return nil, fmt.Errorf("model: %w", err)
 	}
 	_, rerr := f.ReadAt(head, 0)
+	before, serr := f.Stat()
 	f.Close()
-	if rerr == nil && bytes.Equal(head, []byte("GGUF")) {
+	if serr != nil {
+		return nil, fmt.Errorf("model: %w", serr)
+	}
+	m, err := open(path, tokenizerPath, rerr == nil && bytes.Equal(head, []byte("GGUF")))
+	if err != nil {
+		return nil, err
+	}
+	// Stamped as it was before the mapping: a file written while it was
+	// being loaded fails here, or at the server's first CheckFile.
+	m.file = &mappedFile{path: path, at: before}
+	if err := m.CheckFile(); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// open loads the model file at path, GGUF or a llama2.c checkpoint.
+func open(path, tokenizerPath string, isGGUF bool) (*Model, error) {
+	if isGGUF {
 		if tokenizerPath != "" {
 			return nil, fmt.Errorf("model %s: GGUF files carry their own tokenizer; drop --tokenizer", path)
 		}
@@ -74,6 +94,7 @@ func Open(path, tokenizerPath string) (*Model, error) {
 		c.Close()
 		return nil, err
 	}
+	m.closer = c.Close
 	return m, nil
 }
 

@@ -45,6 +45,7 @@ type Model struct {
 	ChatTemplate string
 
 	closer func() error
+	file   *mappedFile // nil: not mapped from a file
 	fpOnce sync.Once
 	fp     string
 }

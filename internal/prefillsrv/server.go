@@ -41,6 +41,16 @@ type Options struct {
 	TickEvery time.Duration
 	// Retry is the Sender's retransmission interval; 0: transfer.DefaultRetry.
 	Retry time.Duration
+	// ModelCheckEvery is how often the model file is checked for writes
+	// in place (server.WatchModel); 0: server.ModelCheckEvery.
+	ModelCheckEvery time.Duration
+}
+
+func (o Options) modelCheckEvery() time.Duration {
+	if o.ModelCheckEvery > 0 {
+		return o.ModelCheckEvery
+	}
+	return server.ModelCheckEvery
 }
 
 // Server is an assembled prefill server.
@@ -139,14 +149,23 @@ func (s *Server) Run(ctx context.Context, controlLn net.Listener) error {
 	s.ready.Store(true)
 	s.log.Info("prefill serving", "control", controlLn.Addr().String())
 
-	var err error
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	changed := server.WatchModel(watchCtx, s.Model, s.opts.modelCheckEvery())
+	var err, modelErr error
+	drain := s.opts.Drain
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+	case modelErr = <-changed:
+		// The weights changed with the file: nothing in flight may finish
+		// on them, so no drain.
+		s.log.Error("stopping: the model file was modified under the server", "err", modelErr)
+		drain = 0
 	}
 	s.ready.Store(false)
 	if err == nil {
-		sctx, cancel := context.WithTimeout(context.Background(), s.opts.Drain)
+		sctx, cancel := context.WithTimeout(context.Background(), drain)
 		err = srv.Shutdown(sctx)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -163,6 +182,9 @@ func (s *Server) Run(ctx context.Context, controlLn net.Listener) error {
 	<-gaugesDone
 	s.threads.Close()
 	s.Model.Close()
+	if modelErr != nil {
+		return modelErr
+	}
 	return err
 }
 
