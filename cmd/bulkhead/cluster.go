@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -31,6 +32,7 @@ func init() {
 var (
 	prefillAnnounce = regexp.MustCompile(`^bulkhead: prefill control on (\S+)`)
 	decodeAnnounce  = regexp.MustCompile(`^bulkhead: decode control on (\S+) kv on (\S+)`)
+	metricsAnnounce = regexp.MustCompile(`^bulkhead: metrics on (\S+)`) // startMetrics', before the above
 )
 
 // clusterStartWait bounds how long a child may take to announce itself.
@@ -46,6 +48,7 @@ type child struct {
 	cmd     *exec.Cmd
 	control string
 	kv      string
+	metrics string        // its metrics URL, with --children-metrics
 	exited  chan struct{} // closed when Wait returned
 	err     error         // Wait's result, after exited
 }
@@ -55,6 +58,7 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	cfgPath := fs.String("config", "", "YAML configuration file: model, tenants, limits, kv (default: the embedded model, no auth); its peers section is replaced")
 	listen := fs.String("listen", "", "the router's listen address, overriding the config (default 127.0.0.1:8080)")
 	metricsListen := fs.String("metrics-listen", "", "the router's "+metricsListenUsage)
+	childMetrics := fs.String("children-metrics", "", "serve each prefill and decode server's /metrics, without a peer certificate, on a port of its own at this host (e.g. 127.0.0.1); the URLs are printed as the children start")
 	nPrefill := fs.Int("prefill", 1, "number of prefill servers")
 	nDecode := fs.Int("decode", 1, "number of decode servers")
 	faultsPrefill := fs.String("faults-prefill", "", "fault injection on every prefill server's KV connections (transfer.ParseFaults syntax)")
@@ -147,6 +151,9 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 		if faults != "" {
 			args = append(args, "--faults", faults)
 		}
+		if *childMetrics != "" {
+			args = append(args, "--metrics-listen", net.JoinHostPort(*childMetrics, "0"))
+		}
 		c, err := startChild(ctx, fmt.Sprintf("%s[%d]", role, idx), self, args, stderr)
 		if err != nil {
 			return err
@@ -157,13 +164,17 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 		return errors.New("cluster: interrupted while starting the children")
 	}
 	for _, c := range kids {
+		line := fmt.Sprintf("bulkhead: cluster %s pid %d control on %s", c.name, c.cmd.Process.Pid, c.control)
 		if c.kv != "" {
 			cfg.Peers.Decode = append(cfg.Peers.Decode, c.control)
-			fmt.Fprintf(stdout, "bulkhead: cluster %s pid %d control on %s kv on %s\n", c.name, c.cmd.Process.Pid, c.control, c.kv)
+			line += " kv on " + c.kv
 		} else {
 			cfg.Peers.Prefill = append(cfg.Peers.Prefill, c.control)
-			fmt.Fprintf(stdout, "bulkhead: cluster %s pid %d control on %s\n", c.name, c.cmd.Process.Pid, c.control)
 		}
+		if c.metrics != "" {
+			line += " metrics on " + c.metrics
+		}
+		fmt.Fprintln(stdout, line)
 	}
 
 	// The router runs in this process; a child that dies stops everything,
@@ -201,7 +212,8 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 func writeRoleConfig(path string, cfg *config.Config) error {
 	rc := *cfg
 	// metrics_listen is the router's; the children serve /metrics on their
-	// control listeners, to peer certificates only.
+	// control listeners, to peer certificates only, and on an address of
+	// their own with --children-metrics.
 	rc.MetricsListen = ""
 	rc.Tenants = slices.Clone(cfg.Tenants)
 	for i := range rc.Tenants {
@@ -243,20 +255,24 @@ func startChild(ctx context.Context, name, self string, args []string, stderr io
 		return nil, fmt.Errorf("cluster: starting %s: %w", name, err)
 	}
 	c := &child{name: name, cmd: cmd, exited: make(chan struct{})}
-	type addrs struct{ control, kv string }
+	type addrs struct{ control, kv, metrics string }
 	found := make(chan addrs, 1)
 	var pipes sync.WaitGroup
 	pipes.Add(2)
 	go func() {
 		defer pipes.Done()
 		sc := bufio.NewScanner(out)
+		metrics := ""
 		for sc.Scan() {
 			line := sc.Text()
 			var a addrs
-			if m := prefillAnnounce.FindStringSubmatch(line); m != nil {
-				a = addrs{control: m[1]}
+			if m := metricsAnnounce.FindStringSubmatch(line); m != nil {
+				metrics = m[1]
+				continue
+			} else if m := prefillAnnounce.FindStringSubmatch(line); m != nil {
+				a = addrs{control: m[1], metrics: metrics}
 			} else if m := decodeAnnounce.FindStringSubmatch(line); m != nil {
-				a = addrs{control: m[1], kv: m[2]}
+				a = addrs{control: m[1], kv: m[2], metrics: metrics}
 			} else {
 				continue
 			}
@@ -283,7 +299,7 @@ func startChild(ctx context.Context, name, self string, args []string, stderr io
 	}()
 	select {
 	case a := <-found:
-		c.control, c.kv = a.control, a.kv
+		c.control, c.kv, c.metrics = a.control, a.kv, a.metrics
 		return c, nil
 	case <-c.exited:
 		return nil, fmt.Errorf("cluster: %s exited before announcing its address: %v", name, c.err)

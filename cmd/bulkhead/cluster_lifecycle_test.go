@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,13 +19,17 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
-var childLine = regexp.MustCompile(`^bulkhead: cluster (\S+) pid (\d+) control on`)
+var (
+	childLine        = regexp.MustCompile(`^bulkhead: cluster (\S+) pid (\d+) control on`)
+	childMetricsLine = regexp.MustCompile(`^bulkhead: cluster (\S+) pid .* metrics on (\S+)$`)
+)
 
-// startClusterProc runs `bulkhead cluster` and returns it with its
-// children's pids once the router serves.
-func startClusterProc(t *testing.T) (*exec.Cmd, map[string]int, chan error, *syncBuffer) {
+// startClusterProc runs `bulkhead cluster` with extra flags and returns it
+// with its children's pids, and their metrics URLs if it printed any, once
+// the router serves.
+func startClusterProc(t *testing.T, extra ...string) (*exec.Cmd, map[string]int, chan error, *syncBuffer, map[string]string) {
 	t.Helper()
-	cmd := exec.Command(bulkheadBinary(t), "cluster", "--prefill", "1", "--decode", "2", "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bulkheadBinary(t), append([]string{"cluster", "--prefill", "1", "--decode", "2", "--listen", "127.0.0.1:0"}, extra...)...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
@@ -35,13 +40,16 @@ func startClusterProc(t *testing.T) (*exec.Cmd, map[string]int, chan error, *syn
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	pids := map[string]int{}
+	pids, metrics := map[string]int{}, map[string]string{}
 	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if m := childLine.FindStringSubmatch(sc.Text()); m != nil {
 				pids[m[1]], _ = strconv.Atoi(m[2])
+			}
+			if m := childMetricsLine.FindStringSubmatch(sc.Text()); m != nil {
+				metrics[m[1]] = m[2]
 			}
 			if servingLine.MatchString(sc.Text()) {
 				close(ready)
@@ -61,7 +69,7 @@ func startClusterProc(t *testing.T) (*exec.Cmd, map[string]int, chan error, *syn
 	if len(pids) != 3 {
 		t.Fatalf("cluster announced children %v, want 3", pids)
 	}
-	return cmd, pids, exited, stderr
+	return cmd, pids, exited, stderr, metrics
 }
 
 // gone waits until no process has pid (children are reaped by the
@@ -83,10 +91,27 @@ func gone(t *testing.T, name string, pid int) {
 
 // TestClusterStopsEveryChild: SIGTERM stops the router and every child
 // (exit 0); SIGKILL of the cluster still takes the children down; a child
-// that dies makes the cluster say so and stop.
+// that dies makes the cluster say so and stop. With --children-metrics,
+// each child's /metrics is reachable without a peer certificate at the
+// URL the cluster printed for it, and holds that child's own metrics.
 func TestClusterStopsEveryChild(t *testing.T) {
 	t.Run("sigterm", func(t *testing.T) {
-		cmd, pids, exited, stderr := startClusterProc(t)
+		cmd, pids, exited, stderr, metrics := startClusterProc(t, "--children-metrics", "127.0.0.1")
+		if len(metrics) != len(pids) {
+			t.Errorf("metrics URLs %v for children %v; want one each", metrics, pids)
+		}
+		for name, url := range metrics {
+			resp, err := http.Get(url)
+			if err != nil {
+				t.Fatalf("%s's metrics at %s: %v", name, url, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := "bulkhead_kv_transfers_started_total"
+			if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+				t.Errorf("%s's metrics at %s: %s, %d bytes; want 200 with %s", name, url, resp.Status, len(body), want)
+			}
+		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -101,7 +126,7 @@ func TestClusterStopsEveryChild(t *testing.T) {
 		}
 	})
 	t.Run("sigkill", func(t *testing.T) {
-		cmd, pids, exited, _ := startClusterProc(t)
+		cmd, pids, exited, _, _ := startClusterProc(t)
 		cmd.Process.Kill()
 		<-exited
 		for name, pid := range pids {
@@ -109,7 +134,7 @@ func TestClusterStopsEveryChild(t *testing.T) {
 		}
 	})
 	t.Run("child-dies", func(t *testing.T) {
-		_, pids, exited, stderr := startClusterProc(t)
+		_, pids, exited, stderr, _ := startClusterProc(t)
 		syscall.Kill(pids["decode[1]"], syscall.SIGKILL)
 		select {
 		case err := <-exited:
