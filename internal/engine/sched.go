@@ -160,17 +160,22 @@ func (s *scheduler) plan() stepPlan {
 	}
 
 	// Pass 3: start queued requests, first come first served. A request
-	// that does not fit in the pool blocks those behind it (no overtaking);
-	// one held back only by its own tenant's page quota does not.
+	// that does not fit in the pool blocks those behind it that need pages
+	// (no overtaking); one held back only by its own tenant's page quota
+	// blocks only its tenant's. A request delivered prefilled already holds
+	// every page it will use, so neither blocks it: waiting, it would keep
+	// the very pages the request ahead of it waits for, and neither would
+	// ever start.
 	if len(p.preempted) == 0 {
 		blockedTenant := map[string]bool{}
+		poolBlocked := false
 		for i := 0; i < len(s.queue) && left > 0 && len(s.running) < s.maxRunning; {
 			r := s.queue[i]
-			if blockedTenant[r.tenant] {
-				i++
-				continue
-			}
 			if r.seq == nil { // not delivered prefilled by a KV transfer
+				if poolBlocked || blockedTenant[r.tenant] {
+					i++
+					continue
+				}
 				seq, hit, err := s.alloc(r)
 				if errors.Is(err, kv.ErrQuota) {
 					blockedTenant[r.tenant] = true
@@ -178,7 +183,9 @@ func (s *scheduler) plan() stepPlan {
 					continue
 				}
 				if err != nil {
-					break
+					poolBlocked = true
+					i++
+					continue
 				}
 				r.seq, r.fed = seq, hit
 				if r.generated() == 0 {
