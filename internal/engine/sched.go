@@ -127,8 +127,8 @@ func (s *scheduler) plan() stepPlan {
 			if err == nil {
 				break
 			}
-			if errors.Is(err, kv.ErrPoolFull) && s.reclaim(1) {
-				continue // a cached block gave way
+			if s.reclaim(err) {
+				continue // cached blocks gave way
 			}
 			victim := s.running[len(s.running)-1]
 			if errors.Is(err, kv.ErrQuota) {
@@ -228,16 +228,28 @@ func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
 			}
 			return seq, hit, nil
 		}
-		if !errors.Is(err, kv.ErrPoolFull) || !s.reclaim(len(r.tokens)/s.prefix.BlockSize()+1) {
+		if !s.reclaim(err) {
 			return nil, 0, err
 		}
 	}
 }
 
-// reclaim evicts up to n cached blocks to make room; false when the cache
-// had nothing to give.
-func (s *scheduler) reclaim(n int) bool {
-	return s.prefix != nil && s.prefix.Reclaim(n) > 0
+// reclaim answers an allocation that failed for want of pages (err a
+// *kv.PoolFullError) by evicting as many cached blocks as it was short,
+// and reports whether it did. It evicts nothing unless the cache can give
+// back the whole shortfall at once: a queue blocked behind pages that
+// running requests hold would otherwise flush every tenant's cache, step
+// after step, and still not start (prefix.Cache.Reclaimable).
+func (s *scheduler) reclaim(err error) bool {
+	var full *kv.PoolFullError
+	if s.prefix == nil || !errors.As(err, &full) {
+		return false
+	}
+	short := full.Need - full.Free
+	if short <= 0 || s.prefix.Reclaimable() < short {
+		return false
+	}
+	return s.prefix.Reclaim(short) == short
 }
 
 // cachePrompt offers r's freshly computed prompt blocks to its namespace's

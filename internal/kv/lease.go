@@ -209,6 +209,22 @@ func (s *Seq) SharePage(i int, owner Owner) (PageRef, error) {
 	return PageRef{page: e.page, tag: e.tag, own: Owner{Tenant: p.tenantNames[e.tag.tenant], Request: e.tag.request}}, nil
 }
 
+// Idle reports whether releasing r would free its page now: r still names
+// the live shared page it was taken on, and one SharePage hold is all that
+// keeps it (no sequence attaches it, no lease pins it). The prefix cache
+// evicts only such pages when the pool runs short: dropping its hold on a
+// page that others still hold frees nothing, and only costs the cache's
+// owner its entry.
+func (p *Pool) Idle(r PageRef) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.page < 0 || int(r.page) >= len(p.pages) {
+		return false
+	}
+	pg := &p.pages[r.page]
+	return pg.state == pageShared && pg.tag == r.tag && pg.holders == 1 && pg.refs == 1 && pg.pins == 0
+}
+
 // Release drops a hold taken by SharePage. A ref whose page has since been
 // freed fails with ErrOwnership; a page with no SharePage hold left fails
 // with ErrReleased.

@@ -568,3 +568,50 @@ func TestFreedSignals(t *testing.T) {
 	default:
 	}
 }
+
+// Idle is true exactly while one SharePage hold is all that keeps a page:
+// not while a sequence attaches it, not while a lease pins it, and not
+// once the hold is released (the ref is then stale).
+func TestIdle(t *testing.T) {
+	p := testPool(t, 6, ScrubPoison)
+	a, _ := p.Alloc(Owner{"a", 1}, 8)
+	writeAll(t, a, 8, 100)
+	r, err := a.SharePage(0, Owner{"ns", 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Idle(r) {
+		t.Fatal("idle while the sequence that wrote it still holds it")
+	}
+	l, err := a.Lease()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Free()
+	if p.Idle(r) {
+		t.Fatal("idle while a lease pins it")
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Idle(r) {
+		t.Fatal("not idle with only the shared hold left")
+	}
+	b, err := p.AllocWithPrefix(Owner{"b", 2}, []PageRef{r}, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Idle(r) {
+		t.Fatal("idle while a sequence attaches it")
+	}
+	b.Free()
+	if !p.Idle(r) {
+		t.Fatal("not idle after the attaching sequence was freed")
+	}
+	if err := p.Release(r); err != nil {
+		t.Fatal(err)
+	}
+	if p.Idle(r) || p.Idle(PageRef{page: -1}) || p.Idle(PageRef{page: 99}) {
+		t.Fatal("a released or out-of-range ref reads as idle")
+	}
+}

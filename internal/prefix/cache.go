@@ -221,6 +221,17 @@ func (sp *space) oldestLeaf(keep *node) *node {
 	return nil
 }
 
+// oldestIdleLeaf is sp's least recently used leaf whose page only the
+// cache holds, or nil if there is none.
+func (sp *space) oldestIdleLeaf(pool *kv.Pool) *node {
+	for e := sp.lru.Back(); e != nil; e = e.Prev() {
+		if n := e.Value.(*node); n.children == 0 && pool.Idle(n.ref) {
+			return n
+		}
+	}
+	return nil
+}
+
 func (c *Cache) remove(n *node) {
 	delete(c.nodes, n.key)
 	n.ns.lru.Remove(n.elem)
@@ -250,11 +261,14 @@ func (c *Cache) Evict(ns string, blocks int) int {
 }
 
 // Reclaim removes up to blocks cached blocks, for when the pool runs short,
-// and returns how many it removed. Each block comes from the namespace
-// that holds the most blocks at that moment (of two holding as many, the
-// one whose least recently used leaf is older), and within it from the
-// least recently used leaf. A page goes back to the pool only once no
-// sequence still attaches it.
+// and returns how many it removed. It removes only blocks whose page the
+// cache alone holds (kv.Pool.Idle), so each one removed gives a page back
+// to the pool at once; a block that a running sequence still attaches
+// would give nothing back, and removing it would only cost its namespace
+// the entry. Each block comes from the namespace that holds the most
+// blocks at that moment (of two holding as many, the one whose least
+// recently used such leaf is older), and within it from the least
+// recently used leaf.
 //
 // Largest first, not least recently used across namespaces, is for
 // isolation: under a global LRU one tenant's burst of new prompts flushed
@@ -273,7 +287,7 @@ func (c *Cache) Reclaim(blocks int) int {
 			if sp.blocks == 0 || victim != nil && sp.blocks < victim.ns.blocks {
 				continue
 			}
-			leaf := sp.oldestLeaf(nil)
+			leaf := sp.oldestIdleLeaf(c.pool)
 			if leaf == nil {
 				continue
 			}
@@ -288,6 +302,34 @@ func (c *Cache) Reclaim(blocks int) int {
 		n++
 	}
 	return n
+}
+
+// Reclaimable is how many blocks Reclaim could remove now, each giving a
+// page back to the pool: those whose page the cache alone holds, with no
+// cached descendant that anything else holds (a leaf only once its
+// children are gone). A caller short of n pages reclaims only when this
+// is at least n: removing fewer would empty caches and still not fit.
+func (c *Cache) Reclaimable() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	blocked := map[*node]bool{}
+	var idle []*node
+	for _, n := range c.nodes {
+		if c.pool.Idle(n.ref) {
+			idle = append(idle, n)
+			continue
+		}
+		for a := n.parent; a != nil && !blocked[a]; a = a.parent {
+			blocked[a] = true
+		}
+	}
+	k := 0
+	for _, n := range idle {
+		if !blocked[n] {
+			k++
+		}
+	}
+	return k
 }
 
 // Clear evicts everything.

@@ -22,8 +22,10 @@ import (
 //     free and scrubbed.
 //  5. A sequence that attached cached blocks reads them back unchanged for
 //     as long as it lives, whatever the cache evicts meanwhile.
-//  6. Reclaim takes a block from a namespace holding the most blocks, so
-//     one namespace's pressure never shrinks a smaller one.
+//  6. Reclaim takes only blocks whose page the cache alone holds, each
+//     freeing a page, as many as Reclaimable said, and from a namespace
+//     holding the most blocks among those with such a block, so one
+//     namespace's pressure never shrinks a smaller one.
 //  7. The tree is whole: every block's parent is cached, child counts and
 //     per-namespace block counts match the blocks, and LRU order puts no
 //     block before its parent (so leaves go first).
@@ -118,17 +120,35 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 			"reclaim": func(t *rapid.T) { c.Reclaim(rapid.IntRange(1, 3).Draw(t, "n")) },
 			"reclaim one": func(t *rapid.T) {
 				before := c.Stats().Blocks
-				if c.Reclaim(1) != 1 {
+				// The namespaces Reclaim may take from: those with a block
+				// whose page only the cache holds (it frees nothing else).
+				idle := map[string]bool{}
+				c.mu.Lock()
+				for name, sp := range c.spaces {
+					idle[name] = sp.oldestIdleLeaf(p) != nil
+				}
+				c.mu.Unlock()
+				can := c.Reclaimable()
+				free := p.Stats().Free
+				if got := c.Reclaim(1); got != min(1, can) {
+					t.Fatalf("Reclaim(1) removed %d blocks; Reclaimable said %d", got, can)
+				} else if got == 0 {
 					return
+				}
+				if now := p.Stats().Free; now != free+1 {
+					t.Fatalf("reclaiming a block freed %d pages; want 1", now-free)
 				}
 				after := c.Stats().Blocks
 				for ns, n := range before {
 					if after[ns] == n {
 						continue
 					}
+					if !idle[ns] {
+						t.Fatalf("reclaim took a block of %s, which held no block only the cache held", ns)
+					}
 					for other, m := range before {
-						if m > n {
-							t.Fatalf("reclaim took a block of %s (%d blocks) while %s held %d", ns, n, other, m)
+						if m > n && idle[other] {
+							t.Fatalf("reclaim took a block of %s (%d blocks) while %s held %d it could take", ns, n, other, m)
 						}
 					}
 				}
