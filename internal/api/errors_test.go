@@ -10,6 +10,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 )
 
@@ -316,5 +317,26 @@ func TestPromptCountMismatchWithheldAtStop(t *testing.T) {
 		if stream == "false" && (resp.StatusCode != 500 || strings.Contains(string(raw), "Once")) {
 			t.Fatalf("status %d body %s", resp.StatusCode, raw)
 		}
+	}
+}
+
+// A client that leaves mid-generation is a disconnect even when the
+// backend's Result reaches the handler before the context's end does: the
+// engine ends a cancelled request with request_cancelled (Unavailable),
+// and Stream.Next hands over a queued Result before it looks at ctx. That
+// must not be answered and counted as the backend's failure (502).
+func TestBackendCancelAfterClientLeftIsDisconnect(t *testing.T) {
+	h := newHarness(t, nil)
+	st := engine.NewStream()
+	st.Push(300)
+	st.Close(engine.Result{Err: errkind.New(errkind.Unavailable, "request_cancelled", "the request was cancelled"),
+		Usage: engine.Usage{PromptTokens: 1, CompletionTokens: 1}})
+	cctx, cancel := contextWithCancel()
+	cancel()
+	d := h.fake.tok.NewDecoder(1)
+	g := &generation{s: h.srv, c: &call{tenant: "a"}, prompt: []int{1}, stream: st, cancel: cancel, dec: d, flush: d.Flush}
+	_, out := g.collect(cctx)
+	if out.err == nil || !isDisconnect(out.err) {
+		t.Fatalf("outcome %+v: want a disconnect", out.err)
 	}
 }

@@ -93,10 +93,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request, c *call) {
 // special tokens; message text may not, and stays plain. The prompt is
 // encoded as one string otherwise (tokenizer.EncodeParts): exactly what
 // the model was trained on. BOS is added unless the template already
-// wrote it.
+// wrote it: the first segment must be template text, since message text
+// that spells BOS ("<s>hello" from the built-in template) stays plain text
+// and must not stand in for the BOS id.
 func (s *Server) encodeChat(segs []chat.Segment) []int {
-	full := chat.Text(segs)
-	addBOS := s.tok.AddBOS() && (s.bosText == "" || !strings.HasPrefix(full, s.bosText))
+	wroteBOS := s.bosText != "" && len(segs) > 0 && segs[0].Special && strings.HasPrefix(segs[0].Text, s.bosText)
+	addBOS := s.tok.AddBOS() && !wroteBOS
 	parts := make([]tokenizer.Part, len(segs))
 	for i, seg := range segs {
 		parts[i] = tokenizer.Part{Text: seg.Text, Trusted: seg.Special}
@@ -154,13 +156,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, promp
 	defer cancel()
 	st, err := s.backend.Submit(ctx, admitted)
 	if err != nil {
-		if e := errkind.Of(err); r.Context().Err() != nil && (e.Code == "request_cancelled" || isDisconnect(e)) {
+		if e := errkind.Of(err); clientLeft(r.Context(), e) {
 			// The client left before the backend took the request, and
 			// the backend refused it for that: record a disconnect
-			// (499), not the backend's failure. A backend that failed
-			// for a reason of its own (a peer down, an integrity
-			// error) in the same moment is still reported as such.
-			s.failBeforeStart(w, r, &outcome{err: errkind.Wrap(errkind.Internal, "client_disconnected", r.Context().Err(), "the client disconnected")})
+			// (499), not the backend's failure.
+			s.failBeforeStart(w, r, &outcome{err: errDisconnected(r.Context().Err())})
 			return
 		}
 		s.writeError(w, r, errkind.Of(err))
@@ -193,7 +193,7 @@ func (g *generation) next(ctx context.Context) (string, *outcome) {
 	toks, res, err := g.stream.Next(ctx)
 	if err != nil {
 		// The client went away: the deferred cancel frees the request.
-		return "", g.end(nil, errkind.Wrap(errkind.Internal, "client_disconnected", err, "the client disconnected"))
+		return "", g.end(nil, errDisconnected(err))
 	}
 	var b strings.Builder
 	for _, t := range toks {
@@ -216,6 +216,12 @@ func (g *generation) next(ctx context.Context) (string, *outcome) {
 		return b.String(), nil
 	}
 	if res.Err != nil {
+		if clientLeft(ctx, res.Err) {
+			// The backend ended the request because the client left
+			// (Stream.Next hands over a queued Result before it looks
+			// at ctx): a disconnect, as when Next sees ctx end first.
+			return b.String(), g.end(res, errDisconnected(ctx.Err()))
+		}
 		return b.String(), g.end(res, res.Err)
 	}
 	// Success: the decoder's held bytes, then the matcher's held tail.
@@ -317,6 +323,19 @@ func newID(isChat bool) string {
 		return "chatcmpl-" + hex.EncodeToString(b[:])
 	}
 	return "cmpl-" + hex.EncodeToString(b[:])
+}
+
+// clientLeft reports whether the backend failed e because the client
+// went away: ctx (the client's) has ended and the backend says it
+// cancelled the request. A backend that failed for a reason of its own (a
+// peer down, an integrity error) in the same moment is still reported as
+// such.
+func clientLeft(ctx context.Context, e *errkind.Error) bool {
+	return ctx.Err() != nil && (e.Code == "request_cancelled" || isDisconnect(e))
+}
+
+func errDisconnected(cause error) *errkind.Error {
+	return errkind.Wrap(errkind.Internal, "client_disconnected", cause, "the client disconnected")
 }
 
 // isDisconnect reports a failure caused by the client going away.

@@ -206,7 +206,9 @@ func (p *commonParams) resolve() (genParams, *errkind.Error) {
 		if math.IsNaN(*tp) || *tp <= 0 || *tp > 1 {
 			return g, badInput("top_p", "invalid_value", "top_p is %v; it must be greater than 0 and at most 1", *tp)
 		}
-		g.sampling.TopP = float32(*tp)
+		// At least the smallest float32: a top_p that rounds to 0 would
+		// mean "off" to the sampler instead of "the top token".
+		g.sampling.TopP = max(float32(*tp), math.SmallestNonzeroFloat32)
 	}
 	if k := p.TopK; k != nil {
 		switch {

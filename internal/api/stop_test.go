@@ -130,3 +130,22 @@ func FuzzCompletionRequest(f *testing.F) {
 		_, _ = json.Marshal(req)
 	})
 }
+
+// Chat content that begins with the text of BOS does not stand in for the
+// BOS the template did not write: the prompt still starts with the BOS id,
+// exactly as the same text sent as a completion prompt does.
+func TestChatContentSpellingBOSKeepsBOS(t *testing.T) {
+	h := newHarness(t, nil)
+	if _, err := h.client(keyA).Completions.New(ctx, completionParams("<s>hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client(keyA).Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: embedded.Name, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("<s>hello")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	calls := h.fake.calls()
+	if !equalInts(calls[1].Prompt, calls[0].Prompt) || calls[1].Prompt[0] != h.fake.tok.BOS() {
+		t.Fatalf("chat prompt %v, completion prompt %v: want both to start with BOS %d", calls[1].Prompt, calls[0].Prompt, h.fake.tok.BOS())
+	}
+}
