@@ -329,6 +329,12 @@ func TestModelsGet(t *testing.T) {
 	if e := apiError(t, err, 404); e.Code != "model_not_found" || !strings.Contains(e.Message, `"gpt-4o"`) {
 		t.Fatalf("unknown model: %+v", e)
 	}
+	// A long id is echoed cut to 64 bytes, as in a request body.
+	long := strings.Repeat("m", 5000)
+	_, err = h.client(keyA).Models.Get(ctx, long)
+	if e := apiError(t, err, 404); !strings.Contains(e.Message, `"`+long[:64]+`..."`) || len(e.Message) > 200 {
+		t.Fatalf("a 5000-byte id: %d-byte message %.120q", len(e.Message), e.Message)
+	}
 }
 
 func TestNoAuthMode(t *testing.T) {

@@ -279,8 +279,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request, c *call) {
 // model exists before using it.
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request, c *call) {
 	if id := r.PathValue("id"); id != s.opts.ModelName {
-		s.writeError(w, r, &errkind.Error{Kind: errkind.NotFound, Code: "model_not_found", Param: "model",
-			Message: fmt.Sprintf("model %q is not served here; this server serves %q", id, s.opts.ModelName)})
+		s.writeError(w, r, &errkind.Error{Kind: errkind.NotFound, Code: "model_not_found", Param: "model", Message: s.notServed(id)})
 		return
 	}
 	writeJSON(w, http.StatusOK, s.modelObject())
@@ -325,8 +324,15 @@ func (s *Server) checkModel(model string) *errkind.Error {
 	case "":
 		return badInput("model", "missing_required_parameter", "model is required; this server serves %q", s.opts.ModelName)
 	}
+	return badInput("model", "model_not_found", "%s", s.notServed(model))
+}
+
+// notServed says that model is not served here, with at most 64 bytes of
+// the name the client sent: the message echoes it, and a path or body may
+// carry megabytes.
+func (s *Server) notServed(model string) string {
 	if len(model) > 64 {
 		model = model[:64] + "..."
 	}
-	return badInput("model", "model_not_found", "model %q is not served here; this server serves %q", model, s.opts.ModelName)
+	return fmt.Sprintf("model %q is not served here; this server serves %q", model, s.opts.ModelName)
 }

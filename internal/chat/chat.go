@@ -1,7 +1,9 @@
 package chat
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -206,9 +208,31 @@ func (t *Template) render(msgs []Message, addGen, mark bool, deadline time.Time)
 		return "", &errkind.Error{Kind: errkind.Internal, Code: codeLimit,
 			Message: "the model's chat template was stopped: " + st.err.msg}
 	case err != nil:
-		return "", errkind.Wrap(errkind.Internal, "chat_template_error", err, "the model's chat template failed to render")
+		return "", errkind.Wrap(errkind.Internal, "chat_template_error", redact(err, msgs), "the model's chat template failed to render")
 	}
 	return out, nil
+}
+
+// quoted matches what the Jinja engine's messages quote: the values they
+// choke on.
+var quoted = regexp.MustCompile(`'[^']*'|"[^"]*"`)
+
+// redact is err's text with what may have come from the request cut out,
+// since the server logs it and message content is never logged: each
+// message's content and role where they appear verbatim, and every quoted
+// value (fromjson quotes the character of the content it stopped at). The
+// shape of the failure, which the operator needs to mend the template,
+// stays.
+func redact(err error, msgs []Message) error {
+	text := err.Error()
+	for _, m := range msgs {
+		for _, v := range []string{m.Content, m.Role} {
+			if v != "" {
+				text = strings.ReplaceAll(text, v, "<redacted>")
+			}
+		}
+	}
+	return errors.New(quoted.ReplaceAllString(text, "'<redacted>'"))
 }
 
 // split cuts a sentinel-marked render into segments. It fails on

@@ -145,3 +145,38 @@ func TestFallbackRefusesSpecials(t *testing.T) {
 		t.Fatalf("segments %+v", segs)
 	}
 }
+
+// A template that fails on a value names the value in its error, and the
+// server logs that error: what came from the request is cut out of it,
+// so message content never reaches the log. The failure's shape stays.
+func TestRenderErrorKeepsContentOut(t *testing.T) {
+	const secret = "SECRET payload {x"
+	for src, shape := range map[string]string{
+		"{% for m in messages %}{{ m.content | fromjson }}{% endfor %}": "fromjson: invalid character",
+		"{{ messages[0]['content']() }}":                                "is not callable",
+	} {
+		tmpl, err := New(Options{Source: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, e := tmpl.Render([]Message{{Role: "user", Content: secret}}, true)
+		if e == nil || e.Code != "chat_template_error" {
+			t.Fatalf("%s: %v; want chat_template_error", src, e)
+		}
+		logged := causeText(e)
+		if strings.Contains(logged, "SECRET") || strings.Contains(logged, "'S'") {
+			t.Errorf("%s: the logged cause %q holds the content", src, logged)
+		}
+		if !strings.Contains(logged, shape) {
+			t.Errorf("%s: the logged cause %q lost the failure's shape %q", src, logged, shape)
+		}
+	}
+}
+
+// causeText is what api's log line records of e (its causeOf).
+func causeText(e *errkind.Error) string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Message
+}
