@@ -39,6 +39,10 @@ type Server struct {
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 
+	// ModelCheckEvery is how often Run checks the model file for writes
+	// in place (WatchModel); 0: the package's ModelCheckEvery.
+	ModelCheckEvery time.Duration
+
 	threads *kernels.Pool
 	ready   atomic.Bool
 }
@@ -263,11 +267,25 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	s.ready.Store(true)
 	s.Log.Info("serving", "addr", ln.Addr().String(), "model", s.Model.Name)
 
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	every := s.ModelCheckEvery
+	if every <= 0 {
+		every = ModelCheckEvery
+	}
+	changed := WatchModel(watchCtx, s.Model, every)
+	var modelErr error
 	select {
 	case err := <-served:
 		s.ready.Store(false)
 		return err
 	case <-ctx.Done():
+	case modelErr = <-changed:
+		// The weights changed with the file: nothing in flight may finish
+		// on them, so no drain; what runs is failed with a clean error.
+		s.ready.Store(false)
+		s.Log.Error("stopping: the model file was modified under the server", "err", modelErr)
+		drain = 0
 	}
 	s.ready.Store(false)
 	s.Log.Info("shutting down", "drain", drain.String())
@@ -288,6 +306,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 		err = nil
 	}
 	<-served
+	if modelErr != nil {
+		return modelErr
+	}
 	return err
 }
 
