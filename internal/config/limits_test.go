@@ -1,8 +1,10 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A prefix_group and an unnamed sharing group must never resolve to the
@@ -82,6 +84,15 @@ func TestHugeValuesRefused(t *testing.T) {
 	}
 }
 
+// A context_len near the int limit is too long for the pool; the message
+// says how many pages it would need, not a count that wrapped negative.
+func TestHugeContextLenPages(t *testing.T) {
+	_, err := Parse([]byte("context_len: 9223372036854775807\nkv:\n  pages: 1\n  page_size: 16\n"))
+	if err == nil || !strings.Contains(err.Error(), "(576460752303423488 pages)") {
+		t.Fatalf("error %v, want the pages a full-context request needs", err)
+	}
+}
+
 // An unknown key under peers names the section as the file spells it.
 func TestUnknownPeersKey(t *testing.T) {
 	_, err := Parse([]byte("peers:\n  window: 8\n  windw: 9\n"))
@@ -95,5 +106,31 @@ func TestKeyWithControlCharacter(t *testing.T) {
 	_, err := Parse([]byte("tenants:\n  - name: a\n    api_keys: [\"sk-abc\\u0001def0123456789\"]\n"))
 	if err == nil || !strings.Contains(err.Error(), "tenants[0].api_keys[0]") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// PrefixNamespace is called for every tenant at startup; it used to scan
+// every tenant once per tenant of its group, so a thousand tenants sharing
+// one cache took minutes to start. One call over 5000 tenants took
+// seconds; it now takes milliseconds, far under the bound.
+func TestPrefixNamespaceManyTenants(t *testing.T) {
+	const n = 5000
+	var b strings.Builder
+	b.WriteString("prefix_cache: {enabled: true}\ntenants:\n")
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "  - {name: t%d, api_keys: [k%d], share_prefix_cache_with: [t%d]}\n", i, i, (i+1)%n)
+	}
+	b.WriteString("  - {name: last, api_keys: [kl], share_prefix_cache_with: [t0], prefix_group: org}\n")
+	c, err := Parse([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ns := c.PrefixNamespace("t17")
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("PrefixNamespace over %d tenants took %v", n, d)
+	}
+	if ns != "group:org" {
+		t.Errorf("t17 is in namespace %q, want group:org", ns)
 	}
 }

@@ -126,8 +126,10 @@ func (c *Config) validateScalars(v *validator) {
 	}
 	if c.ContextLen > 0 && c.KV.Pages > 0 && c.KV.PageSize > 0 && c.KV.Pages <= maxPages && c.KV.PageSize <= maxPageSize &&
 		c.KV.Pages*c.KV.PageSize < c.ContextLen {
+		// context_len has no upper bound of its own (Resolve holds it to
+		// the model's), so the page count rounds up without adding to it.
 		v.fail("kv.pages", "is %d pages of %d tokens (%d tokens) but one full-context request needs %d tokens (%d pages)",
-			c.KV.Pages, c.KV.PageSize, c.KV.Pages*c.KV.PageSize, c.ContextLen, (c.ContextLen+c.KV.PageSize-1)/c.KV.PageSize)
+			c.KV.Pages, c.KV.PageSize, c.KV.Pages*c.KV.PageSize, c.ContextLen, (c.ContextLen-1)/c.KV.PageSize+1)
 	}
 	if !slices.Contains([]string{ScrubZero, ScrubPoison, ScrubOff}, c.KV.Scrub) {
 		v.fail("kv.scrub", "is %q; want zero, poison or off", c.KV.Scrub)
