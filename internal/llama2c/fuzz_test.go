@@ -96,3 +96,15 @@ func TestParseHugeHeader(t *testing.T) {
 		t.Fatal("Parse of a 92-byte file claiming a million layers is still running after a second")
 	}
 }
+
+// TestParseSizeOverflow: dim × vocab × 4 bytes is 2^34 here, which wraps
+// to 0 in a 32-bit int; the first tensor must still be refused as not
+// fitting the file, not accepted as empty (run with GOARCH=386 to see the
+// wrap).
+func TestParseSizeOverflow(t *testing.T) {
+	h := Header{Dim: 1 << 16, Hidden: 2, Layers: 1, Heads: 2, KVHeads: 2, Vocab: 1 << 16, SeqLen: 1, SharedClassifier: true}
+	_, err := Parse("wrap.bin", append(EncodeHeader(h), make([]byte, 64)...))
+	if err == nil || !strings.Contains(err.Error(), "token_embd.weight needs bytes [28, 17179869212)") {
+		t.Fatalf("got %v, want token_embd.weight refused", err)
+	}
+}

@@ -81,15 +81,19 @@ func Parse(name string, data []byte) (*Checkpoint, error) {
 		if err != nil {
 			return
 		}
-		n := 1
+		// In int64: two dimensions of at most limit each times 4 bytes
+		// cannot overflow it, where int on a 32-bit platform could wrap
+		// to a size that fits the file.
+		n := int64(1)
 		for _, d := range shape {
-			n *= d
+			n *= int64(d)
 		}
-		end := off + 4*n
-		if end > len(data) || end < off {
-			err = fmt.Errorf("llama2c %s: weights end early: %s needs bytes [%d, %d), file is %d bytes", name, tname, off, end, len(data))
+		end64 := int64(off) + 4*n
+		if end64 > int64(len(data)) {
+			err = fmt.Errorf("llama2c %s: weights end early: %s needs bytes [%d, %d), file is %d bytes", name, tname, off, end64, len(data))
 			return
 		}
+		end := int(end64)
 		if tname != "" {
 			c.Tensors = append(c.Tensors, tensor.Tensor{Name: tname, Type: tensor.F32, Shape: shape, Data: data[off:end:end]})
 			c.spans = append(c.spans, [2]int{off, end})

@@ -26,6 +26,13 @@ func FromLlama2C(data []byte, vocabSize int) (*Tokenizer, error) {
 	if maxLen <= 0 {
 		return nil, fmt.Errorf("tokenizer: llama2.c tokenizer declares max_token_len %d", maxLen)
 	}
+	// Each token takes at least its 8-byte score and length, so a vocabulary size (from a
+	// checkpoint header) that the file cannot hold is refused before the tables it sizes are
+	// allocated.
+	if vocabSize > (len(data)-4)/8 {
+		return nil, fmt.Errorf("tokenizer: llama2.c tokenizer of %d bytes cannot hold %d tokens (each takes at least 8 bytes); is the vocabulary size %d right?",
+			len(data), vocabSize, vocabSize)
+	}
 	s := Spec{
 		Model:          ModelLlama,
 		Tokens:         make([]string, vocabSize),

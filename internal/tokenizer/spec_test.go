@@ -142,6 +142,8 @@ func TestFromLlama2CErrors(t *testing.T) {
 		{"header", data[:2], 512, "too short for its header"},
 		{"extra", append(slices.Clone(data), 0), 512, "1 bytes after token 511"},
 		{"wrong size", data, 511, "bytes after token 510"},
+		// A corrupt checkpoint header's vocabulary size: refused before it sizes any table.
+		{"huge vocab", data[:100], 1 << 30, "cannot hold 1073741824 tokens"},
 	}
 	for _, c := range cases {
 		if _, err := FromLlama2C(c.data, c.n); err == nil || !strings.Contains(err.Error(), c.want) {
