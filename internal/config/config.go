@@ -269,9 +269,20 @@ func (c *Config) applyDefaults() {
 // errors that name the key and its line; every validation problem is
 // reported, not just the first.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	// Read through a bound, not to the end: a path that never ends
+	// (/dev/zero, a pipe left open) would otherwise hang startup while
+	// memory fills. A pipe that ends is fine (--config <(...)).
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("config %s: more than %d MiB; is it the configuration file?", path, MaxFileBytes>>20)
 	}
 	c, err := Parse(data)
 	if err != nil {
@@ -279,6 +290,10 @@ func Load(path string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// MaxFileBytes bounds the configuration file Load reads: far above any
+// real one (ten thousand tenants with their keys take a few MiB).
+const MaxFileBytes = 64 << 20
 
 // Parse decodes and validates a configuration held in memory, as Load.
 func Parse(data []byte) (*Config, error) {

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The keys scripts depend on (issue 3) must keep working.
@@ -295,5 +297,33 @@ func TestMetricsListen(t *testing.T) {
 		if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "metrics_listen") {
 			t.Errorf("%q: %v, want an error naming metrics_listen", bad, err)
 		}
+	}
+}
+
+// A --config that never ends (/dev/zero) is refused once it passes
+// MaxFileBytes, instead of hanging startup while memory fills; one that
+// ends, a pipe included, loads.
+func TestLoadBoundsTheFile(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero here")
+	}
+	done := make(chan error, 1)
+	go func() { _, err := Load("/dev/zero"); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "config /dev/zero: more than 64 MiB") {
+			t.Fatalf("Load(/dev/zero) = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Load(/dev/zero) still reading after 30s")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.WriteString(scriptConfig); w.Close() }()
+	defer r.Close()
+	if c, err := Load(fmt.Sprintf("/dev/fd/%d", r.Fd())); err != nil || c.ContextLen != 512 {
+		t.Fatalf("a config from a pipe: %+v, %v", c, err)
 	}
 }
