@@ -343,11 +343,21 @@ func cleanYAMLError(err error) error {
 // named like that member), unless one of them sets prefix_group. Unknown
 // tenants get their own name.
 func (c *Config) PrefixNamespace(name string) string {
+	return c.PrefixNamespaces()(name)
+}
+
+// PrefixNamespaces returns PrefixNamespace as a function that resolves
+// the sharing once, up front: the engine asks for a namespace at every
+// prefix lookup, and resolving the tenants' sharing each time would cost
+// a pass over every tenant per request. It reflects c as it is now.
+func (c *Config) PrefixNamespaces() func(name string) string {
 	groups := c.prefixGroups()
-	if g, ok := groups[name]; ok {
-		return "group:" + g
+	return func(name string) string {
+		if g, ok := groups[name]; ok {
+			return "group:" + g
+		}
+		return "tenant:" + name
 	}
-	return "tenant:" + name
 }
 
 // prefixGroups resolves sharing into tenant → group name (tenants that

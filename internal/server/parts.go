@@ -95,7 +95,7 @@ func NewEngine(cfg *config.Config, m *model.Model, pool *kv.Pool, reg *metrics.M
 		MaxQueued: cfg.MaxQueue, TenantMaxRequests: tenantMax, Observer: Observer{reg},
 	}
 	if pfx != nil {
-		ecfg.Prefix, ecfg.Namespace = pfx, cfg.PrefixNamespace
+		ecfg.Prefix, ecfg.Namespace = pfx, cfg.PrefixNamespaces()
 	}
 	threads := kernels.NewPool(cfg.Threads)
 	e, err := engine.New(ecfg, m, threads, pool)

@@ -172,8 +172,9 @@ func New(cfg *config.Config, log *slog.Logger) (*Server, error) {
 // came last.
 func prefixQuotas(cfg *config.Config) map[string]int {
 	quotas := map[string]int{}
+	namespace := cfg.PrefixNamespaces()
 	for _, t := range cfg.Tenants {
-		if ns := cfg.PrefixNamespace(t.Name); t.MaxCachedBlocks > 0 {
+		if ns := namespace(t.Name); t.MaxCachedBlocks > 0 {
 			if q, ok := quotas[ns]; !ok || t.MaxCachedBlocks < q {
 				quotas[ns] = t.MaxCachedBlocks
 			}
