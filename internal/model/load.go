@@ -354,9 +354,6 @@ func GGUFTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
 		}
 		s.AddSpacePrefix = b
 	}
-	t, err := tokenizer.New(s)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: %w", err)
-	}
-	return t, nil
+	// tokenizer.New's errors say "tokenizer:" already.
+	return tokenizer.New(s)
 }
