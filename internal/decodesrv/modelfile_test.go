@@ -2,16 +2,13 @@ package decodesrv_test
 
 import (
 	"context"
-	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/decodesrv"
-	"github.com/bulkhead-llm/bulkhead/internal/embedded"
-	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/modeltest"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
 )
 
@@ -19,19 +16,12 @@ import (
 // returns the reason: its weights are mapped from the file and changed
 // with it. It used to go on generating from them.
 func TestStopsWhenTheModelFileIsWritten(t *testing.T) {
-	dir := t.TempDir()
-	ckpt, tok := filepath.Join(dir, "m.bin"), filepath.Join(dir, "tok.bin")
-	for path, data := range map[string][]byte{ckpt: embedded.Checkpoint, tok: embedded.Tokenizer} {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	psk := config.Peers{Auth: config.PeerAuthPSK, PSKFile: filepath.Join(dir, "psk")}
+	psk := config.Peers{Auth: config.PeerAuthPSK, PSKFile: filepath.Join(t.TempDir(), "psk")}
 	if err := peerauth.WritePSK(psk.PSKFile); err != nil {
 		t.Fatal(err)
 	}
 	cfg := baseConfig(psk)
-	cfg.Model, cfg.Tokenizer = ckpt, tok
+	cfg.Model, cfg.Tokenizer = modeltest.Files(t)
 	dec, err := decodesrv.New(cfg, nil, decodesrv.Options{ModelCheckEvery: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -50,21 +40,7 @@ func TestStopsWhenTheModelFileIsWritten(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- dec.Run(context.Background(), ln, kln) }()
-	select {
-	case err := <-done:
-		t.Fatalf("Run ended with the file untouched: %v", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	later := time.Now().Add(time.Second)
-	if err := os.Chtimes(ckpt, later, later); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, model.ErrFileModified) {
-			t.Fatalf("Run returned %v; want model.ErrFileModified", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("still running 10s after its model file was modified")
-	}
+	modeltest.WantRunning(t, done, 100*time.Millisecond)
+	modeltest.Touch(t, cfg.Model)
+	modeltest.WantStopped(t, done, 10*time.Second)
 }

@@ -52,26 +52,42 @@ func TestDrainTimeoutEndsStreamsWithAnError(t *testing.T) {
 	cfg.Threads, cfg.MaxSequences = 1, 64
 	url, stop, done := startRun(t, cfg, time.Millisecond)
 	const n = 16
-	type result struct {
-		last string
-		err  error
+	lasts := startStreams(t, url, `{"model":"stories260K","prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}`, n)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
-	results := make(chan result, n)
+	cut := 0
+	for i := 0; i < n; i++ {
+		if last := <-lasts; last != "data: [DONE]" && !strings.Contains(last, `"error"`) {
+			cut++
+			t.Logf("stream ended with %q", last)
+		}
+	}
+	if cut > 0 {
+		t.Fatalf("%d of %d streams were cut off without an error or [DONE]", cut, n)
+	}
+}
+
+// startStreams posts n streaming requests with body to url's completions
+// and returns once each has sent its first line (or failed). Each sends
+// its last non-empty line on the channel when it ends, or its error.
+func startStreams(t *testing.T, url, body string, n int) <-chan string {
+	t.Helper()
+	lasts := make(chan string, n)
 	var started sync.WaitGroup
 	started.Add(n)
-	for i := 0; i < n; i++ {
+	for range n {
 		go func() {
-			body := `{"model":"stories260K","prompt":"Once upon a time","max_tokens":400,"temperature":0,"stream":true}`
 			resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
 			if err != nil {
 				started.Done()
-				results <- result{err: err}
+				lasts <- "post: " + err.Error()
 				return
 			}
 			defer resp.Body.Close()
 			sc := bufio.NewScanner(resp.Body)
-			first := true
-			var last string
+			first, last := true, ""
 			for sc.Scan() {
 				if line := sc.Text(); line != "" {
 					last = line
@@ -84,25 +100,14 @@ func TestDrainTimeoutEndsStreamsWithAnError(t *testing.T) {
 			if first {
 				started.Done()
 			}
-			results <- result{last: last, err: sc.Err()}
+			if err := sc.Err(); err != nil {
+				last += " (read: " + err.Error() + ")"
+			}
+			lasts <- last
 		}()
 	}
 	started.Wait()
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	cut := 0
-	for i := 0; i < n; i++ {
-		r := <-results
-		if r.last != "data: [DONE]" && !strings.Contains(r.last, `"error"`) {
-			cut++
-			t.Logf("stream ended with %q (%v)", r.last, r.err)
-		}
-	}
-	if cut > 0 {
-		t.Fatalf("%d of %d streams were cut off without an error or [DONE]", cut, n)
-	}
+	return lasts
 }
 
 // TestSlowBodyIsCutOff: a client that sends its headers and then only
