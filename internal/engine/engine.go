@@ -58,9 +58,12 @@ type Observer interface {
 type Stats struct {
 	Queued, Running int
 	Preemptions     uint64
-	Steps           uint64
-	BatchedTokens   uint64
-	Violations      uint64 // ownership-tag failures seen by requests
+	// PoolWaits counts the steps at which a queued request could not get
+	// pages, even after the prefix cache gave back what it could.
+	PoolWaits     uint64
+	Steps         uint64
+	BatchedTokens uint64
+	Violations    uint64 // ownership-tag failures seen by requests
 }
 
 // Engine serves requests on one model with one KV pool. Submit is safe for
@@ -83,6 +86,7 @@ type Engine struct {
 	stats  struct {
 		queued, running                         atomic.Int64
 		preemptions, steps, batched, violations atomic.Uint64
+		poolWaits                               atomic.Uint64
 	}
 
 	sched scheduler
@@ -127,7 +131,7 @@ func (e *Engine) Limits() Limits { return e.cfg.Limits }
 func (e *Engine) Stats() Stats {
 	return Stats{
 		Queued: int(e.stats.queued.Load()), Running: int(e.stats.running.Load()),
-		Preemptions: e.stats.preemptions.Load(), Steps: e.stats.steps.Load(),
+		Preemptions: e.stats.preemptions.Load(), Steps: e.stats.steps.Load(), PoolWaits: e.stats.poolWaits.Load(),
 		BatchedTokens: e.stats.batched.Load(), Violations: e.stats.violations.Load(),
 	}
 }
@@ -450,6 +454,7 @@ func (e *Engine) step() bool {
 	e.stats.queued.Add(int64(len(plan.preempted) - len(plan.started)))
 	e.stats.running.Add(int64(len(plan.started) - len(plan.preempted)))
 	e.stats.preemptions.Add(uint64(len(plan.preempted)))
+	e.stats.poolWaits.Add(uint64(plan.poolWaits))
 	if o := e.cfg.Observer; o != nil {
 		for _, r := range plan.preempted {
 			o.Preempted(r.tenant)

@@ -61,6 +61,9 @@ type stepPlan struct {
 	tokens    int
 	started   []*request
 	preempted []*request
+	// poolWaits counts queued requests the pool could not take this step,
+	// after reclaiming what the prefix cache could give.
+	poolWaits int
 }
 
 func (s *scheduler) idle() bool { return len(s.queue) == 0 && len(s.running) == 0 }
@@ -127,7 +130,7 @@ func (s *scheduler) plan() stepPlan {
 			if err == nil {
 				break
 			}
-			if s.reclaim(err) {
+			if s.reclaim(err, nil) {
 				continue // cached blocks gave way
 			}
 			victim := s.running[len(s.running)-1]
@@ -184,6 +187,7 @@ func (s *scheduler) plan() stepPlan {
 				}
 				if err != nil {
 					poolBlocked = true
+					p.poolWaits++
 					i++
 					continue
 				}
@@ -228,7 +232,7 @@ func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
 			}
 			return seq, hit, nil
 		}
-		if !s.reclaim(err) {
+		if !s.reclaim(err, refs) {
 			return nil, 0, err
 		}
 	}
@@ -236,20 +240,23 @@ func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
 
 // reclaim answers an allocation that failed for want of pages (err a
 // *kv.PoolFullError) by evicting as many cached blocks as it was short,
-// and reports whether it did. It evicts nothing unless the cache can give
+// never those of keep (the cached prefix the allocation attaches), and
+// reports whether it did. It evicts nothing unless the cache can give
 // back the whole shortfall at once: a queue blocked behind pages that
 // running requests hold would otherwise flush every tenant's cache, step
-// after step, and still not start (prefix.Cache.Reclaimable).
-func (s *scheduler) reclaim(err error) bool {
+// after step, and still not start (prefix.Cache.Reclaimable). Evicting
+// the request's own prefix would not help either: each such block adds
+// a page to what it needs.
+func (s *scheduler) reclaim(err error, keep []kv.PageRef) bool {
 	var full *kv.PoolFullError
 	if s.prefix == nil || !errors.As(err, &full) {
 		return false
 	}
 	short := full.Need - full.Free
-	if short <= 0 || s.prefix.Reclaimable() < short {
+	if short <= 0 || s.prefix.Reclaimable(keep...) < short {
 		return false
 	}
-	return s.prefix.Reclaim(short) == short
+	return s.prefix.Reclaim(short, keep...) == short
 }
 
 // cachePrompt offers r's freshly computed prompt blocks to its namespace's

@@ -218,6 +218,21 @@ func (s *Seq) SharePage(i int, owner Owner) (PageRef, error) {
 func (p *Pool) Idle(r PageRef) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.idle(r)
+}
+
+// IdleEach sets idle[i] to Idle(refs[i]) for every ref, under one hold of
+// the pool's lock: a prefix cache counting what it could give back asks
+// about every block it holds.
+func (p *Pool) IdleEach(refs []PageRef, idle []bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, r := range refs {
+		idle[i] = p.idle(r)
+	}
+}
+
+func (p *Pool) idle(r PageRef) bool {
 	if r.page < 0 || int(r.page) >= len(p.pages) {
 		return false
 	}

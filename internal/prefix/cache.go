@@ -222,10 +222,10 @@ func (sp *space) oldestLeaf(keep *node) *node {
 }
 
 // oldestIdleLeaf is sp's least recently used leaf whose page only the
-// cache holds, or nil if there is none.
-func (sp *space) oldestIdleLeaf(pool *kv.Pool) *node {
+// cache holds and that kept does not name, or nil if there is none.
+func (sp *space) oldestIdleLeaf(pool *kv.Pool, kept map[int]bool) *node {
 	for e := sp.lru.Back(); e != nil; e = e.Prev() {
-		if n := e.Value.(*node); n.children == 0 && pool.Idle(n.ref) {
+		if n := e.Value.(*node); n.children == 0 && !kept[n.ref.Page()] && pool.Idle(n.ref) {
 			return n
 		}
 	}
@@ -265,10 +265,12 @@ func (c *Cache) Evict(ns string, blocks int) int {
 // cache alone holds (kv.Pool.Idle), so each one removed gives a page back
 // to the pool at once; a block that a running sequence still attaches
 // would give nothing back, and removing it would only cost its namespace
-// the entry. Each block comes from the namespace that holds the most
-// blocks at that moment (of two holding as many, the one whose least
-// recently used such leaf is older), and within it from the least
-// recently used leaf.
+// the entry. It never removes the blocks of keep: the prefix the
+// allocation it makes room for is about to attach, whose removal would
+// only raise what that allocation needs. Each block comes from the
+// namespace that holds the most blocks at that moment (of two holding as
+// many, the one whose least recently used such leaf is older), and within
+// it from the least recently used leaf.
 //
 // Largest first, not least recently used across namespaces, is for
 // isolation: under a global LRU one tenant's burst of new prompts flushed
@@ -277,9 +279,10 @@ func (c *Cache) Evict(ns string, blocks int) int {
 // and another namespace loses blocks only while it holds at least as many
 // as every other; a namespace's cached prefixes survive anyone else's
 // load as long as it stays at or below its fair share.
-func (c *Cache) Reclaim(blocks int) int {
+func (c *Cache) Reclaim(blocks int, keep ...kv.PageRef) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	kept := keptPages(keep)
 	n := 0
 	for n < blocks {
 		var victim *node
@@ -287,7 +290,7 @@ func (c *Cache) Reclaim(blocks int) int {
 			if sp.blocks == 0 || victim != nil && sp.blocks < victim.ns.blocks {
 				continue
 			}
-			leaf := sp.oldestIdleLeaf(c.pool)
+			leaf := sp.oldestIdleLeaf(c.pool, kept)
 			if leaf == nil {
 				continue
 			}
@@ -304,32 +307,52 @@ func (c *Cache) Reclaim(blocks int) int {
 	return n
 }
 
-// Reclaimable is how many blocks Reclaim could remove now, each giving a
-// page back to the pool: those whose page the cache alone holds, with no
-// cached descendant that anything else holds (a leaf only once its
-// children are gone). A caller short of n pages reclaims only when this
-// is at least n: removing fewer would empty caches and still not fit.
-func (c *Cache) Reclaimable() int {
+// Reclaimable is how many blocks Reclaim(_, keep...) could remove now,
+// each giving a page back to the pool: those whose page the cache alone
+// holds, not in keep, with no cached descendant that anything else holds
+// or keep names (a leaf only once its children are gone). A caller short
+// of n pages reclaims only when this is at least n: removing fewer would
+// empty caches and still not fit.
+func (c *Cache) Reclaimable(keep ...kv.PageRef) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	blocked := map[*node]bool{}
-	var idle []*node
+	kept := keptPages(keep)
+	nodes := make([]*node, 0, len(c.nodes))
+	refs := make([]kv.PageRef, 0, len(c.nodes))
 	for _, n := range c.nodes {
-		if c.pool.Idle(n.ref) {
-			idle = append(idle, n)
+		nodes, refs = append(nodes, n), append(refs, n.ref)
+	}
+	idle := make([]bool, len(refs))
+	c.pool.IdleEach(refs, idle)
+	blocked := map[*node]bool{}
+	for i, n := range nodes {
+		if idle[i] && !kept[n.ref.Page()] {
 			continue
 		}
+		idle[i] = false
 		for a := n.parent; a != nil && !blocked[a]; a = a.parent {
 			blocked[a] = true
 		}
 	}
 	k := 0
-	for _, n := range idle {
-		if !blocked[n] {
+	for i, n := range nodes {
+		if idle[i] && !blocked[n] {
 			k++
 		}
 	}
 	return k
+}
+
+// keptPages is the set of pages keep names.
+func keptPages(keep []kv.PageRef) map[int]bool {
+	if len(keep) == 0 {
+		return nil
+	}
+	kept := make(map[int]bool, len(keep))
+	for _, r := range keep {
+		kept[r.Page()] = true
+	}
+	return kept
 }
 
 // Clear evicts everything.

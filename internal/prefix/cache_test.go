@@ -238,6 +238,45 @@ func TestReclaimTakesFromTheLargestNamespace(t *testing.T) {
 	}
 }
 
+// Reclaim never takes the blocks it is told to keep (the prefix the
+// allocation it makes room for will attach), and Reclaimable does not
+// count them, nor their ancestors; a block a sequence attaches is neither
+// taken nor counted either.
+func TestReclaimKeepsAndSkips(t *testing.T) {
+	p := newPool(t, 16)
+	c, _ := New(p, Config{MaxBlocks: 8})
+	tokens := seqOf(3*bs, 0)
+	s := prefill(t, p, kv.Owner{Tenant: "a", Request: 1}, tokens, "tenant:a")
+	c.Insert("tenant:a", tokens, s)
+	s.Free()
+	other := seqOf(2*bs, 500)
+	busy := prefill(t, p, kv.Owner{Tenant: "b", Request: 2}, other, "tenant:b")
+	c.Insert("tenant:b", other, busy) // busy still attaches both blocks
+	keep, _ := c.Lookup("tenant:a", tokens)
+	if len(keep) != 3 {
+		t.Fatalf("lookup matched %d blocks, want 3", len(keep))
+	}
+	if n := c.Reclaimable(); n != 3 {
+		t.Fatalf("Reclaimable() = %d; want a's 3 (b's are attached)", n)
+	}
+	if n := c.Reclaimable(keep[2:]...); n != 0 {
+		t.Fatalf("Reclaimable(last block) = %d; want 0: a kept leaf holds its ancestors", n)
+	}
+	if n := c.Reclaimable(keep[:1]...); n != 2 {
+		t.Fatalf("Reclaimable(first block) = %d; want its 2 descendants", n)
+	}
+	if n := c.Reclaimable(keep...); n != 0 {
+		t.Fatalf("Reclaimable(all of a's) = %d; want 0", n)
+	}
+	if n := c.Reclaim(5, keep...); n != 0 {
+		t.Fatalf("Reclaim kept nothing of what it was told: took %d blocks", n)
+	}
+	busy.Free()
+	if n := c.Reclaim(5, keep...); n != 2 || c.Stats().Blocks["tenant:a"] != 3 {
+		t.Fatalf("Reclaim(5, a's blocks) took %d, left %v; want b's 2 and a's 3 kept", n, c.Stats().Blocks)
+	}
+}
+
 func TestForeignPageIsNotCached(t *testing.T) {
 	p := newPool(t, 16)
 	c, _ := New(p, Config{})

@@ -125,7 +125,7 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 				idle := map[string]bool{}
 				c.mu.Lock()
 				for name, sp := range c.spaces {
-					idle[name] = sp.oldestIdleLeaf(p) != nil
+					idle[name] = sp.oldestIdleLeaf(p, nil) != nil
 				}
 				c.mu.Unlock()
 				can := c.Reclaimable()
