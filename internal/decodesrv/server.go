@@ -45,13 +45,6 @@ type Options struct {
 	ModelCheckEvery time.Duration
 }
 
-func (o Options) modelCheckEvery() time.Duration {
-	if o.ModelCheckEvery > 0 {
-		return o.ModelCheckEvery
-	}
-	return server.ModelCheckEvery
-}
-
 // Server is an assembled decode server.
 type Server struct {
 	Model   *model.Model
@@ -204,9 +197,8 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	s.ready.Store(true)
 	s.log.Info("decode serving", "control", controlLn.Addr().String(), "kv", addr)
 
-	watchCtx, stopWatch := context.WithCancel(context.Background())
+	changed, stopWatch := server.WatchModel(s.Model, s.opts.ModelCheckEvery)
 	defer stopWatch()
-	changed := server.WatchModel(watchCtx, s.Model, s.opts.modelCheckEvery())
 	var err, modelErr error
 	drain := s.opts.Drain
 	select {
@@ -260,6 +252,7 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	stopGauges()
 	<-gaugesDone
 	s.threads.Close()
+	stopWatch() // before the model it reads goes
 	s.Model.Close()
 	if modelErr != nil {
 		return modelErr

@@ -433,6 +433,9 @@ func (e *Engine) finish(r *request, res Result) {
 	if r.stopWatch != nil {
 		r.stopWatch()
 	}
+	if res.Err == nil {
+		res = e.trusted(res)
+	}
 	wasRunning := r.running
 	e.sched.remove(r)
 	if wasRunning {
@@ -445,6 +448,23 @@ func (e *Engine) finish(r *request, res Result) {
 	// moment this one ends must not find it still counted.
 	e.release(r.tenant)
 	r.stream.Close(res)
+}
+
+// trusted is res, a request's success, unless the model's file was
+// written in place under the server (model.Model.CheckFile): the weights
+// are mapped from it, so the answer may come from other weights than the
+// model's, and it becomes a failure. The server stops on the same check
+// within seconds; this closes that window for each answer, at one fstat
+// per request. A prefill's KV lease is released with it.
+func (e *Engine) trusted(res Result) Result {
+	err := e.m.CheckFile()
+	if err == nil {
+		return res
+	}
+	if res.Handoff != nil {
+		_ = res.Handoff.Lease.Release()
+	}
+	return Result{Err: errkind.Wrap(errkind.Integrity, "model_file_modified", err, "the model file changed under the server, so this answer cannot be trusted")}
 }
 
 // step runs one batch: plan, forward, sample, emit. It reports whether

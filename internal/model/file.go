@@ -10,31 +10,36 @@ import (
 // written in place while its weights were mapped from it.
 var ErrFileModified = errors.New("model file modified in place while its weights are mapped")
 
-// mappedFile is the file a Model's weights are mapped from, as it was when
-// they were.
+// mappedFile is the file a Model's weights are mapped from, held open so
+// that CheckFile asks about that very file (fstat), whatever its path
+// names later, and as it was when it was mapped.
 type mappedFile struct {
 	path string
+	f    *os.File
 	at   os.FileInfo
 }
 
 // CheckFile reports whether the weights can still be trusted: it fails,
 // wrapping ErrFileModified, once the file they are mapped from has been
-// written in place (its size or modification time changed).
+// written in place (its size or modification time changed; touch counts).
 //
-// The mapping is shared with the file, so a write into it (cp over the
-// old file, a download resumed onto it) changes the weights under a
-// running server: outputs turn to garbage, and reads past a new, shorter
-// end kill the process with SIGBUS. Replacing the file by renaming a new
-// one over it, or removing it, is safe: the mapping keeps the original,
-// which no path reaches any more, so CheckFile does not object. A model
-// not mapped from a file (the embedded one) always passes.
+// The mapping is shared with the file, so a write into it changes the
+// weights under a running server: outputs turn to garbage. A write that
+// shrinks the file (cp over it opens it truncated) can kill the process
+// with SIGBUS before any check sees it. Replacing the file by renaming a
+// new one over it, re-pointing a symbolic link, or removing it, is safe:
+// the mapping keeps the original, which CheckFile goes on watching. A
+// model not mapped from a file (the embedded one) always passes. The
+// check is one fstat; on file systems whose times are coarse, or cached
+// (NFS), it sees a change late or, within one tick of the load, not at
+// all.
 func (m *Model) CheckFile() error {
 	if m.file == nil {
 		return nil
 	}
-	now, err := os.Stat(m.file.path)
-	if err != nil || !os.SameFile(now, m.file.at) {
-		return nil // removed or replaced: the mapped original is intact
+	now, err := m.file.f.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrFileModified, m.file.path, err)
 	}
 	return m.file.compare(now)
 }
@@ -47,4 +52,30 @@ func (f *mappedFile) compare(now os.FileInfo) error {
 	return fmt.Errorf("%w: %s was %d bytes modified %s, and is now %d bytes modified %s; restart to load it, and replace model files by renaming a new file over the old one, never by writing into it",
 		ErrFileModified, f.path, f.at.Size(), f.at.ModTime().Format("2006-01-02T15:04:05.000000000Z07:00"),
 		now.Size(), now.ModTime().Format("2006-01-02T15:04:05.000000000Z07:00"))
+}
+
+// watchFile opens path to watch it for m, as the file m's weights were
+// just mapped from, stamped with before, its state before the mapping.
+// It fails if path now names another file than before (renamed over
+// while loading: what was mapped is unknown) or the file changed since.
+func (m *Model) watchFile(path string, before os.FileInfo) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("model %s: %w", path, err)
+	}
+	now, err := f.Stat()
+	if err == nil && !os.SameFile(now, before) {
+		err = fmt.Errorf("model %s was replaced while it was being loaded; start again", path)
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	m.file = &mappedFile{path: path, f: f, at: before}
+	if err := m.file.compare(now); err != nil {
+		m.file = nil
+		f.Close()
+		return err
+	}
+	return nil
 }

@@ -122,3 +122,44 @@ func TestCheckFile(t *testing.T) {
 		t.Fatalf("the embedded model: %v", err)
 	}
 }
+
+// The check follows the file that was mapped, not its path: re-pointing
+// a symbolic link to another model changes nothing, and a write in place
+// into the file still mapped, now reached by no link, is still seen.
+func TestCheckFileFollowsTheMappedFile(t *testing.T) {
+	dir := t.TempDir()
+	v1, _, _ := writeModelFiles(t, dir)
+	v2 := filepath.Join(dir, "v2.gguf")
+	data, err := os.ReadFile(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(v2, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "current.gguf")
+	if err := os.Symlink(v1, link); err != nil {
+		t.Skipf("symlink: %v", err)
+	}
+	m, err := model.Open(link, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(v2, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CheckFile(); err != nil {
+		t.Fatalf("after re-pointing the link: %v", err)
+	}
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(v1, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CheckFile(); !errors.Is(err, model.ErrFileModified) {
+		t.Fatalf("after a write into the mapped file: %v; want ErrFileModified", err)
+	}
+}

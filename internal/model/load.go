@@ -50,8 +50,7 @@ func Open(path, tokenizerPath string) (*Model, error) {
 	}
 	// Stamped as it was before the mapping: a file written while it was
 	// being loaded fails here, or at the server's first CheckFile.
-	m.file = &mappedFile{path: path, at: before}
-	if err := m.CheckFile(); err != nil {
+	if err := m.watchFile(path, before); err != nil {
 		m.Close()
 		return nil, err
 	}

@@ -53,6 +53,10 @@ type Model struct {
 // Close releases the file mapping behind the weights. The Model must not be
 // used afterwards.
 func (m *Model) Close() error {
+	if m.file != nil {
+		m.file.f.Close()
+		m.file = nil
+	}
 	if m.closer == nil {
 		return nil
 	}

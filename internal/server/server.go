@@ -268,13 +268,8 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 	s.ready.Store(true)
 	s.Log.Info("serving", "addr", ln.Addr().String(), "model", s.Model.Name)
 
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	every := s.ModelCheckEvery
-	if every <= 0 {
-		every = ModelCheckEvery
-	}
-	changed := WatchModel(watchCtx, s.Model, every)
+	changed, stopWatch := WatchModel(s.Model, s.ModelCheckEvery)
+	defer stopWatch() // runs before the deferred Model.Close above
 	var modelErr error
 	select {
 	case err := <-served:

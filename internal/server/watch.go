@@ -1,38 +1,52 @@
 package server
 
 import (
-	"context"
+	"sync"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/model"
 )
 
 // ModelCheckEvery is how often a running server checks that its model
-// file was not written in place (model.Model.CheckFile): a stat, nothing
-// read.
+// file was not written in place (model.Model.CheckFile): one fstat,
+// nothing read.
 const ModelCheckEvery = 2 * time.Second
 
-// WatchModel checks m's file every interval until ctx ends, and sends
-// the first failure of CheckFile on the returned channel, which holds
-// one value and is never closed. A server stops on it: its weights are
-// mapped from the file, so they changed with it, and every answer
-// computed from them from then on would be wrong.
-func WatchModel(ctx context.Context, m *model.Model, every time.Duration) <-chan error {
-	changed := make(chan error, 1)
+// WatchModel checks m's file every interval (ModelCheckEvery when it is
+// not positive), and sends the first failure
+// of CheckFile on changed, which holds one value and is never closed. A
+// server stops on it: its weights are mapped from the file, so they
+// changed with it, and answers computed from them can no longer be
+// trusted (the engine also checks before it reports a request done).
+// stop ends the watch and returns once no check is running, so the model
+// may then be closed.
+func WatchModel(m *model.Model, every time.Duration) (changed <-chan error, stop func()) {
+	if every <= 0 {
+		every = ModelCheckEvery
+	}
+	ch := make(chan error, 1)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
-			case <-ctx.Done():
+			case <-quit:
 				return
 			case <-t.C:
 				if err := m.CheckFile(); err != nil {
-					changed <- err
+					ch <- err
 					return
 				}
 			}
 		}
 	}()
-	return changed
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() { close(quit) })
+		wg.Wait()
+	}
 }

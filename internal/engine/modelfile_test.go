@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bulkhead-llm/bulkhead/internal/model"
+	"github.com/bulkhead-llm/bulkhead/internal/modeltest"
+)
+
+// A request that ends after the model's file was written in place is a
+// failure, not a success: its tokens may come from other weights than
+// the model's. The pool is free afterwards, and a prefill's lease is
+// released rather than handed out.
+func TestAnswerAfterTheModelFileChangedFails(t *testing.T) {
+	ckpt, tok := modeltest.Files(t)
+	m, err := model.Open(ckpt, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	h := startEngine(t, m, 16, 16, Config{BatchTokens: 64, MaxRunning: 4})
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	run := func() *Result {
+		t.Helper()
+		s, err := h.e.Submit(context.Background(), admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 8}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, res, err := collect(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := run(); res.Err != nil {
+		t.Fatalf("with the file untouched: %v", res.Err)
+	}
+	modeltest.Touch(t, ckpt)
+	res := run()
+	if res.Err == nil || res.Err.Code != "model_file_modified" || !errors.Is(res.Err, model.ErrFileModified) {
+		t.Fatalf("after the file changed: %+v; want model_file_modified", res)
+	}
+	pre, err := h.e.Prefill(context.Background(), admit(t, h.e, Request{Tenant: "a", Prompt: prompt, MaxTokens: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, res, err := collect(ctx, pre); err != nil || res.Err == nil || res.Handoff != nil {
+		t.Fatalf("a prefill after the file changed: %+v, %v; want a failure and no handoff", res, err)
+	}
+	waitIdle(t, h)
+	if st := h.pool.Stats(); st.Free != 16 {
+		t.Fatalf("pool after the failures: %+v", st)
+	}
+}
