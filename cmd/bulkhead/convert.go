@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/convert"
 	"github.com/bulkhead-llm/bulkhead/internal/embedded"
 	"github.com/bulkhead-llm/bulkhead/internal/llama2c"
+	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
 )
@@ -218,6 +220,10 @@ func writeAll(f *os.File, intr *interrupt, write func(io.Writer) error) (conv, e
 	bw := &errWriter{w: bufio.NewWriterSize(f, 1<<20), intr: intr}
 	if werr := write(bw); werr != nil {
 		switch {
+		case errors.Is(werr, mmapfile.ErrChanged):
+			// The input went away under a write straight from its
+			// mapping (EFAULT): its fault, whatever the file said.
+			return werr, nil
 		case bw.err != nil:
 			return nil, bw.err
 		case intr.err() != nil:

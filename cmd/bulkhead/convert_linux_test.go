@@ -139,31 +139,35 @@ func whileWriting(bin, fifo string, first int64, at func(pid int), args ...strin
 func TestConvertCheckpointTruncatedMidway(t *testing.T) {
 	bin := bulkheadBinary(t)
 	dir := t.TempDir()
-	ckpt, tok, _ := writeCheckpoint(t, dir, streamShape)
 	fifo := filepath.Join(dir, "pipe")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	// Past the first flush of convert's 1 MB buffer: the header and some
-	// tensors are out, and the rest of the checkpoint is still to be read.
-	cut := func(int) {
-		if err := os.Truncate(ckpt, llama2c.HeaderBytes); err != nil {
-			t.Error(err)
+	// Cut once past the first flush of convert's 1 MB buffer, and once
+	// some tensors later: the next read of the mapping faults. (A write
+	// straight from the mapping fails with EFAULT instead; mmapfile's
+	// TestGuardTurnsAFaultIntoAnError covers that path.)
+	for _, at := range []int64{2 << 20, 11 << 19} {
+		ckpt, tok, _ := writeCheckpoint(t, t.TempDir(), streamShape)
+		cut := func(int) {
+			if err := os.Truncate(ckpt, llama2c.HeaderBytes); err != nil {
+				t.Error(err)
+			}
 		}
-	}
-	exit, stderr, err := whileWriting(bin, fifo, 2<<20, cut, "convert", "--checkpoint", ckpt, "--tokenizer", tok, "--out", fifo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ee *exec.ExitError
-	if !errors.As(exit, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("convert ended with %v; want exit status 1\n%s", exit, stderr)
-	}
-	if want := "llama2c " + ckpt + ": the file shrank or was rewritten while it was being read"; !strings.Contains(stderr, want) {
-		t.Errorf("stderr %q; want it to contain %q", stderr, want)
-	}
-	if strings.Contains(stderr, "goroutine ") {
-		t.Errorf("stderr holds a stack dump:\n%s", stderr)
+		exit, stderr, err := whileWriting(bin, fifo, at, cut, "convert", "--checkpoint", ckpt, "--tokenizer", tok, "--out", fifo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ee *exec.ExitError
+		if !errors.As(exit, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("cut at %d: convert ended with %v; want exit status 1\n%s", at, exit, stderr)
+		}
+		if want := "llama2c " + ckpt + ": the file shrank, was rewritten, or could not be read while it was mapped"; !strings.Contains(stderr, want) {
+			t.Errorf("cut at %d: stderr %q; want it to contain %q", at, stderr, want)
+		}
+		if strings.Contains(stderr, "goroutine ") {
+			t.Errorf("cut at %d: stderr holds a stack dump:\n%s", at, stderr)
+		}
 	}
 }
 

@@ -39,7 +39,7 @@ func Open(path string) (*Checkpoint, error) {
 // the process die of SIGBUS. It guards only the calling goroutine; for a
 // checkpoint from Parse it just calls f.
 func (c *Checkpoint) Guard(f func() error) error {
-	err := mmapfile.Guard(c.mapped, f)
+	err := mmapfile.Guard(c.path, c.mapped, f)
 	if errors.Is(err, mmapfile.ErrChanged) {
 		return fmt.Errorf("llama2c %s: %w", c.path, err)
 	}

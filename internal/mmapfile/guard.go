@@ -3,14 +3,16 @@ package mmapfile
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"unsafe"
 )
 
 // ErrChanged is wrapped by the error Guard returns when a mapping faulted:
 // another process truncated the file (or rewrote it in place) while it
-// was mapped, and the pages past its new end are gone.
-var ErrChanged = errors.New("the file shrank or was rewritten while it was being read (changed by another process?)")
+// was mapped, and the pages past its new end are gone; or the device
+// could not read them back (an I/O error faults the same way).
+var ErrChanged = errors.New("the file shrank, was rewritten, or could not be read while it was mapped (changed by another process?)")
 
 // faultAddr is what a runtime.Error raised under SetPanicOnFault carries:
 // the address that faulted.
@@ -20,17 +22,20 @@ type faultAddr interface {
 }
 
 // Guard runs f on the calling goroutine and turns a memory fault inside
-// mapped (a mapping from Open) into an error wrapping ErrChanged, where
-// the process would otherwise die of SIGBUS with a runtime stack dump. A
-// mapping keeps the length the file had when it was mapped; a reader
-// cannot check that each access is still backed by the file, so the fault
-// is the only notice it gets.
+// mapped (the mapping of path from Open) into an error wrapping
+// ErrChanged, where the process would otherwise die of SIGBUS with a
+// runtime stack dump. A mapping keeps the length the file had when it was
+// mapped; a reader cannot check that each access is still backed by the
+// file, so the fault is the only notice it gets. A system call handed
+// bytes of the mapping that are gone (a write straight from it) fails
+// with EFAULT instead of faulting; f's error is then ErrChanged too when
+// the file is now shorter than the mapping.
 //
 // Only f's own goroutine is guarded (SetPanicOnFault is per goroutine),
 // not goroutines f starts. A fault outside mapped is a bug, not a file
 // that changed: it and every other panic pass through. With no mapping
 // (a file read whole, or nil) Guard only calls f.
-func Guard(mapped []byte, f func() error) (err error) {
+func Guard(path string, mapped []byte, f func() error) (err error) {
 	if len(mapped) == 0 {
 		return f()
 	}
@@ -46,5 +51,11 @@ func Guard(mapped []byte, f func() error) (err error) {
 			err = fmt.Errorf("%w: byte %d of the mapping faulted", ErrChanged, fa.Addr()-lo)
 		}
 	}()
-	return f()
+	err = f()
+	if isBadAddress(err) {
+		if fi, serr := os.Stat(path); serr != nil || fi.Size() < int64(len(mapped)) {
+			err = fmt.Errorf("%w: %v", ErrChanged, err)
+		}
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -12,10 +13,10 @@ import (
 // mapTruncated maps a file of four pages, then cuts it to one, as another
 // process rewriting a model in place would: pages 1 to 3 of the mapping
 // are no longer backed.
-func mapTruncated(t *testing.T, name string) []byte {
+func mapTruncated(t *testing.T, name string) (path string, data []byte) {
 	t.Helper()
 	page := os.Getpagesize()
-	path := filepath.Join(t.TempDir(), name)
+	path = filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, make([]byte, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func mapTruncated(t *testing.T, name string) []byte {
 	if err := os.Truncate(path, int64(page)); err != nil {
 		t.Fatal(err)
 	}
-	return data
+	return path, data
 }
 
 // A read past a truncated file's new end is an error that says the file
@@ -37,10 +38,10 @@ func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
 	if !Mapped {
 		t.Skip("files are read, not mapped, on this platform")
 	}
-	data := mapTruncated(t, "m.bin")
+	path, data := mapTruncated(t, "m.bin")
 	page := os.Getpagesize()
 	var sink byte
-	err := Guard(data, func() error {
+	err := Guard(path, data, func() error {
 		sink += data[0]
 		sink += data[3*page+5] // faults
 		return nil
@@ -48,17 +49,28 @@ func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
 	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d ", 3*page+5)) {
 		t.Fatalf("Guard: %v; want ErrChanged at byte %d", err, 3*page+5)
 	}
-	if err := Guard(data, func() error { sink += data[page-1]; return nil }); err != nil {
+	// The goroutine is back to crashing on faults: Guard restored the
+	// setting it found.
+	if debug.SetPanicOnFault(false) {
+		t.Fatal("SetPanicOnFault was left on after a guarded fault")
+	}
+	if err := Guard(path, data, func() error { sink += data[page-1]; return nil }); err != nil {
 		t.Fatalf("a read inside the file: %v", err)
 	}
 	own := errors.New("the converter's own")
-	if err := Guard(data, func() error { return own }); err != own {
+	if err := Guard(path, data, func() error { return own }); err != own {
 		t.Fatalf("f's error came back as %v", err)
 	}
-	// The goroutine is back to crashing on faults: Guard restores the
-	// setting it found.
-	if got := Guard(nil, func() error { return nil }); got != nil {
-		t.Fatal(got)
+	// A write straight from the lost pages fails in the kernel (EFAULT)
+	// instead of faulting; the file being shorter, it is ErrChanged too.
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	err = Guard(path, data, func() error { _, err := out.Write(data[2*page:]); return err })
+	if !errors.Is(err, ErrChanged) {
+		t.Fatalf("a write from the lost pages: %v; want ErrChanged", err)
 	}
 }
 
@@ -68,8 +80,8 @@ func TestGuardPassesOtherPanicsThrough(t *testing.T) {
 	if !Mapped {
 		t.Skip("files are read, not mapped, on this platform")
 	}
-	guarded := mapTruncated(t, "a.bin")
-	other := mapTruncated(t, "b.bin")
+	path, guarded := mapTruncated(t, "a.bin")
+	_, other := mapTruncated(t, "b.bin")
 	page := os.Getpagesize()
 	var sink byte
 	for name, f := range map[string]func() error{
@@ -78,7 +90,7 @@ func TestGuardPassesOtherPanicsThrough(t *testing.T) {
 	} {
 		r := func() (r any) {
 			defer func() { r = recover() }()
-			Guard(guarded, f)
+			Guard(path, guarded, f)
 			return nil
 		}()
 		if r == nil {

@@ -3,6 +3,7 @@
 package mmapfile
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -58,3 +59,7 @@ func Drop(mapped []byte, lo, hi int) {
 		_ = unix.Madvise(mapped[lo:hi], unix.MADV_DONTNEED)
 	}
 }
+
+// isBadAddress reports a system call's EFAULT: it was handed memory that
+// is not there, as a mapping is past the end of a file cut short.
+func isBadAddress(err error) bool { return errors.Is(err, unix.EFAULT) }
