@@ -28,6 +28,10 @@ type Tick struct{ Now time.Duration }
 // the router may CANCEL a transfer by frame; on any other connection a
 // CANCEL is refused, since a prefill that learnt another transfer's id
 // could otherwise end it. The zero value is the safe one: not the router.
+// decodesrv never sets it: the router's cancels reach it as authenticated
+// control requests, stepped as Cancel events, and its KV connections come
+// only from prefill servers. The simulation, whose router does send
+// CANCEL frames, does.
 type FrameIn struct {
 	Peer   uint64
 	From   Identity
