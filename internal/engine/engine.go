@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,6 +311,8 @@ var (
 // every request still queued or running and freeing their pages.
 func (e *Engine) Run(ctx context.Context) error {
 	defer e.shutdown()
+	// This goroutine runs a share of every forward pass; see forward.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	var stall time.Duration
 	for {
 		if e.sched.idle() {
@@ -464,7 +467,28 @@ func (e *Engine) trusted(res Result) Result {
 	if res.Handoff != nil {
 		_ = res.Handoff.Lease.Release()
 	}
-	return Result{Err: errkind.Wrap(errkind.Integrity, "model_file_modified", err, "the model file changed under the server, so this answer cannot be trusted")}
+	return Result{Err: errModelFile(err)}
+}
+
+func errModelFile(err error) *errkind.Error {
+	return errkind.Wrap(errkind.Integrity, "model_file_modified", err, "the model file changed under the server, so this answer cannot be trusted")
+}
+
+// forward runs the batch, turning a memory fault in the model file's
+// mapping (the file cut short under the server) into an error wrapping
+// model.ErrFileModified, where it would otherwise kill the process with
+// SIGBUS and every tenant's requests with it. The pool's workers and Run's
+// goroutine panic on faults instead of crashing; a fault anywhere else is
+// a bug and panics on.
+func (e *Engine) forward(seqs []*model.Seq) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if err = e.m.Fault(r); err == nil {
+				panic(r)
+			}
+		}
+	}()
+	return e.runner.Forward(seqs)
 }
 
 // step runs one batch: plan, forward, sample, emit. It reports whether
@@ -484,10 +508,14 @@ func (e *Engine) step() bool {
 	if len(plan.batch) == 0 {
 		return len(plan.preempted) > 0
 	}
-	if err := e.runner.Forward(plan.seqs); err != nil {
+	if err := e.forward(plan.seqs); err != nil {
 		// A malformed batch is a bug; fail its requests rather than loop.
+		fail := errkind.Wrap(errkind.Internal, "internal_error", err, "forward pass failed")
+		if errors.Is(err, model.ErrFileModified) {
+			fail = errModelFile(err)
+		}
 		for _, r := range plan.batch {
-			e.finish(r, Result{Err: errkind.Wrap(errkind.Internal, "internal_error", err, "forward pass failed")})
+			e.finish(r, Result{Err: fail})
 		}
 		return true
 	}

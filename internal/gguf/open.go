@@ -22,6 +22,6 @@ func Open(path string) (*File, error) {
 		}
 		return nil, err
 	}
-	f.unmap = unmap
+	f.unmap, f.mapped = unmap, data
 	return f, nil
 }

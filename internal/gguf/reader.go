@@ -57,7 +57,13 @@ type File struct {
 	kvIndex     map[string]int
 	tensorIndex map[string]int
 	unmap       func() error
+	mapped      []byte // what Open mapped; nil for Parse
 }
+
+// Mapping returns the bytes Open mapped, which the tensors' Data alias;
+// nil for a File from Parse. A caller that recovers memory faults tells
+// by it whether one was in this file (mmapfile.Fault).
+func (f *File) Mapping() []byte { return f.mapped }
 
 // FormatError reports bytes that are not a valid GGUF file.
 type FormatError struct {
@@ -91,7 +97,7 @@ func (f *File) Close() error {
 		return nil
 	}
 	unmap := f.unmap
-	f.unmap = nil
+	f.unmap, f.mapped = nil, nil
 	for i := range f.Tensors {
 		f.Tensors[i].Data = nil
 	}

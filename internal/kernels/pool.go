@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,6 +183,12 @@ func (p *Pool) publish(total int) {
 
 func (p *Pool) work(w *worker) {
 	defer p.wg.Done()
+	// A memory fault in a chunk panics, like any other failure of it, and
+	// reaches the caller (runChunk), instead of killing the process: the
+	// weights are a file's mapping, and a file cut short under it faults
+	// where it no longer reaches. The caller decides: model.Model.Fault
+	// tells that case from a bug, which it panics on.
+	debug.SetPanicOnFault(true)
 	var seen uint32
 	for {
 		seen = p.waitGen(w, seen)

@@ -46,6 +46,10 @@ func (c *Checkpoint) Guard(f func() error) error {
 	return err
 }
 
+// Mapping returns the bytes Open mapped, which the tensors' Data alias;
+// nil for a checkpoint from Parse (see gguf.File.Mapping).
+func (c *Checkpoint) Mapping() []byte { return c.mapped }
+
 // Close unmaps a checkpoint from Open; for one from Parse it does nothing.
 // Closing twice is harmless.
 func (c *Checkpoint) Close() error {

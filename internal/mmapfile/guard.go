@@ -39,16 +39,12 @@ func Guard(path string, mapped []byte, f func() error) (err error) {
 	if len(mapped) == 0 {
 		return f()
 	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mapped)))
-	hi := lo + uintptr(len(mapped))
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			fa, ok := r.(faultAddr)
-			if !ok || fa.Addr() < lo || fa.Addr() >= hi {
+			if err = Fault(r, mapped); err == nil {
 				panic(r)
 			}
-			err = fmt.Errorf("%w: byte %d of the mapping faulted", ErrChanged, fa.Addr()-lo)
 		}
 	}()
 	err = f()
@@ -58,4 +54,21 @@ func Guard(path string, mapped []byte, f func() error) (err error) {
 		}
 	}
 	return err
+}
+
+// Fault returns an error wrapping ErrChanged when r, a recovered panic
+// value (or an error wrapping one, as kernels.Pool's worker panics do),
+// is a memory fault inside mapped under SetPanicOnFault; else nil, and
+// the caller should panic on with r: a fault elsewhere is a bug.
+func Fault(r any, mapped []byte) error {
+	err, _ := r.(error)
+	var fa faultAddr
+	if len(mapped) == 0 || !errors.As(err, &fa) {
+		return nil
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mapped)))
+	if a := fa.Addr(); a < lo || a-lo >= uintptr(len(mapped)) {
+		return nil
+	}
+	return fmt.Errorf("%w: byte %d of the mapping faulted", ErrChanged, fa.Addr()-lo)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
 )
 
 // ErrFileModified is wrapped by CheckFile's error: the model's file was
@@ -25,8 +27,9 @@ type mappedFile struct {
 //
 // The mapping is shared with the file, so a write into it changes the
 // weights under a running server: outputs turn to garbage. A write that
-// shrinks the file (cp over it opens it truncated) can kill the process
-// with SIGBUS before any check sees it. Replacing the file by renaming a
+// shrinks the file (cp over it opens it truncated) makes reads of the
+// weights fault; Fault tells a forward pass's recovered panic of that
+// kind from a bug. Replacing the file by renaming a
 // new one over it, re-pointing a symbolic link, or removing it, is safe:
 // the mapping keeps the original, which CheckFile goes on watching. A
 // model not mapped from a file (the embedded one) always passes. The
@@ -78,4 +81,23 @@ func (m *Model) watchFile(path string, before os.FileInfo) error {
 		return err
 	}
 	return nil
+}
+
+// Fault returns an error wrapping ErrFileModified when r, a value
+// recovered from a panic during a forward pass, is a memory fault inside
+// the file mapping m's weights alias: the file was cut short under the
+// server (cp over it truncates it first). Else it returns nil, and the
+// caller should panic on with r. Faults panic rather than kill the
+// process only on goroutines that asked (debug.SetPanicOnFault: the
+// kernels' workers do, and so must the caller of the forward pass).
+func (m *Model) Fault(r any) error {
+	err := mmapfile.Fault(r, m.mapping)
+	if err == nil {
+		return nil
+	}
+	path := ""
+	if m.file != nil {
+		path = m.file.path + ": "
+	}
+	return fmt.Errorf("%w: %s%v", ErrFileModified, path, err)
 }

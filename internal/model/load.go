@@ -72,6 +72,7 @@ func open(path, tokenizerPath string, isGGUF bool) (*Model, error) {
 			g.Close()
 			return nil, fmt.Errorf("model %s: %w", path, err)
 		}
+		m.mapping = g.Mapping()
 		return m, nil
 	}
 	if tokenizerPath == "" {
@@ -93,7 +94,7 @@ func open(path, tokenizerPath string, isGGUF bool) (*Model, error) {
 		c.Close()
 		return nil, err
 	}
-	m.closer = c.Close
+	m.closer, m.mapping = c.Close, c.Mapping()
 	return m, nil
 }
 

@@ -44,15 +44,17 @@ type Model struct {
 	// ChatTemplate is the Jinja chat template from the file, if any.
 	ChatTemplate string
 
-	closer func() error
-	file   *mappedFile // nil: not mapped from a file
-	fpOnce sync.Once
-	fp     string
+	closer  func() error
+	file    *mappedFile // nil: not mapped from a file
+	mapping []byte      // the file's mapping the weights alias (Fault)
+	fpOnce  sync.Once
+	fp      string
 }
 
 // Close releases the file mapping behind the weights. The Model must not be
 // used afterwards.
 func (m *Model) Close() error {
+	m.mapping = nil
 	if m.file != nil {
 		m.file.f.Close()
 		m.file = nil
