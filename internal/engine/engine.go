@@ -59,8 +59,11 @@ type Observer interface {
 type Stats struct {
 	Queued, Running int
 	Preemptions     uint64
-	// PoolWaits counts the steps at which a queued request could not get
-	// pages, even after the prefix cache gave back what it could.
+	// PoolWaits counts the scheduler's passes (each wake-up of its loop,
+	// not only those that ran a forward pass, unlike Steps) at which the
+	// queue's first request needing pages could not get them, even after
+	// the prefix cache gave back what it could: how often and how long
+	// the queue stalled on the pool.
 	PoolWaits     uint64
 	Steps         uint64
 	BatchedTokens uint64

@@ -61,8 +61,9 @@ type stepPlan struct {
 	tokens    int
 	started   []*request
 	preempted []*request
-	// poolWaits counts queued requests the pool could not take this step,
-	// after reclaiming what the prefix cache could give.
+	// poolWaits is 1 when the first queued request that needs pages could
+	// not get them in this plan, after the prefix cache gave what it
+	// could; the requests behind it wait without trying.
 	poolWaits int
 }
 

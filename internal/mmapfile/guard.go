@@ -29,7 +29,9 @@ type faultAddr interface {
 // file, so the fault is the only notice it gets. A system call handed
 // bytes of the mapping that are gone (a write straight from it) fails
 // with EFAULT instead of faulting; f's error is then ErrChanged too when
-// the file is now shorter than the mapping.
+// the file at path is now shorter than the mapping, or gone. (Path, not
+// the mapped file: a full-size file renamed over a cut-short one hides
+// the cut, and the EFAULT stays a plain write error.)
 //
 // Only f's own goroutine is guarded (SetPanicOnFault is per goroutine),
 // not goroutines f starts. A fault outside mapped is a bug, not a file

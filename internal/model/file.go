@@ -29,14 +29,17 @@ type mappedFile struct {
 // weights under a running server: outputs turn to garbage. A write that
 // shrinks the file (cp over it opens it truncated) makes reads of the
 // weights fault; Fault tells a forward pass's recovered panic of that
-// kind from a bug. Replacing the file by renaming a
-// new one over it, re-pointing a symbolic link, or removing it, is safe:
-// the mapping keeps the original, which CheckFile goes on watching. A
-// model not mapped from a file (the embedded one) always passes. The
-// check is one fstat; on file systems whose times are coarse, or cached
-// (NFS), it sees a change late or, within one tick of the load, not at
-// all.
+// kind from a bug, and once one faulted CheckFile always fails. Replacing
+// the file by renaming a new one over it, re-pointing a symbolic link, or
+// removing it, is safe: the mapping keeps the original, which CheckFile
+// goes on watching. A model not mapped from a file (the embedded one)
+// passes. The check is one fstat; on file systems whose times are coarse,
+// or cached (NFS), it sees a change late or, within one tick of the load,
+// not at all.
 func (m *Model) CheckFile() error {
+	if err := m.faulted.Load(); err != nil {
+		return *err
+	}
 	if m.file == nil {
 		return nil
 	}
@@ -90,6 +93,12 @@ func (m *Model) watchFile(path string, before os.FileInfo) error {
 // caller should panic on with r. Faults panic rather than kill the
 // process only on goroutines that asked (debug.SetPanicOnFault: the
 // kernels' workers do, and so must the caller of the forward pass).
+//
+// A fault is also what a read error of the device looks like (a bad
+// sector, a soft NFS mount), with the file's size and time unchanged; so
+// the error is kept, and CheckFile returns it from then on: the server's
+// watch stops it, instead of a server that stays ready and fails every
+// request on the weights it cannot read.
 func (m *Model) Fault(r any) error {
 	err := mmapfile.Fault(r, m.mapping)
 	if err == nil {
@@ -99,5 +108,7 @@ func (m *Model) Fault(r any) error {
 	if m.file != nil {
 		path = m.file.path + ": "
 	}
-	return fmt.Errorf("%w: %s%v", ErrFileModified, path, err)
+	err = fmt.Errorf("%w: %s%v", ErrFileModified, path, err)
+	m.faulted.CompareAndSwap(nil, &err)
+	return err
 }

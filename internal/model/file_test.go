@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -163,3 +164,50 @@ func TestCheckFileFollowsTheMappedFile(t *testing.T) {
 		t.Fatalf("after a write into the mapped file: %v; want ErrFileModified", err)
 	}
 }
+
+// A fault on the mapping (a file cut short, or a page the device could not
+// read back, with the file's size and time unchanged) makes CheckFile fail
+// from then on, so the server's watch stops it instead of leaving it ready
+// and failing every request.
+func TestFaultIsSticky(t *testing.T) {
+	dir := t.TempDir()
+	_, ckpt, tok := writeModelFiles(t, dir)
+	m, err := model.Open(ckpt, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	fi, err := os.Stat(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(ckpt, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := func() (r any) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() { r = recover() }()
+		faultSink += m.Output.Data[len(m.Output.Data)-1]
+		return nil
+	}()
+	if err := m.Fault(r); !errors.Is(err, model.ErrFileModified) {
+		t.Fatalf("Fault(%v) = %v; want ErrFileModified", r, err)
+	}
+	if m.Fault("a bug") != nil || m.Fault(nil) != nil {
+		t.Fatal("Fault took a panic that was no fault in the mapping for one")
+	}
+	// The file as it was, size and time: the fault still counts.
+	if err := os.Truncate(ckpt, fi.Size()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(ckpt, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CheckFile(); !errors.Is(err, model.ErrFileModified) {
+		t.Fatalf("CheckFile after a fault, the file restored: %v; want ErrFileModified", err)
+	}
+}
+
+// faultSink keeps TestFaultIsSticky's read of the weights from being
+// optimised away.
+var faultSink byte

@@ -13,6 +13,7 @@ package model
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
@@ -45,8 +46,9 @@ type Model struct {
 	ChatTemplate string
 
 	closer  func() error
-	file    *mappedFile // nil: not mapped from a file
-	mapping []byte      // the file's mapping the weights alias (Fault)
+	file    *mappedFile           // nil: not mapped from a file
+	mapping []byte                // the file's mapping the weights alias (Fault)
+	faulted atomic.Pointer[error] // the first fault on mapping, for CheckFile
 	fpOnce  sync.Once
 	fp      string
 }

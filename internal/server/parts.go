@@ -117,6 +117,11 @@ func LoadAndPreflight(cfg *config.Config) (*model.Model, engine.Limits, error) {
 		m.Close()
 		return nil, engine.Limits{}, err
 	}
+	// The fingerprint reads every weight. Taken now, at load, it hashes
+	// the weights as loaded, and no request handler's goroutine (which,
+	// unlike the engine's, a fault in a cut-short file would kill) ever
+	// reads the mapping to answer the router's handshake.
+	m.Fingerprint()
 	return m, Limits(cfg), nil
 }
 
