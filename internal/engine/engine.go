@@ -473,8 +473,12 @@ func (e *Engine) trusted(res Result) Result {
 	return Result{Err: errModelFile(err)}
 }
 
+// CodeModelFileModified is the code of a request failed because the
+// model file was written under the server (its answer cannot be trusted).
+const CodeModelFileModified = "model_file_modified"
+
 func errModelFile(err error) *errkind.Error {
-	return errkind.Wrap(errkind.Integrity, "model_file_modified", err, "the model file changed under the server, so this answer cannot be trusted")
+	return errkind.Wrap(errkind.Integrity, CodeModelFileModified, err, "the model file changed under the server, so this answer cannot be trusted")
 }
 
 // forward runs the batch, turning a memory fault in the model file's

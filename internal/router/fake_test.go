@@ -40,6 +40,7 @@ type fakeCluster struct {
 	decodeFailsTransfer *peerapi.Error                             // decode ends with this error once prefill was called
 	fullFor             atomic.Int32                               // decode answers kv_pool_full to the first N reservations
 	prefillErr          *peerapi.Error                             // prefill fails with this (after "admission")
+	prefillFails        func(i int) *peerapi.Error                 // prefill i answers this, 200 and nothing sent, as prefillsrv does for its engine's failure
 	prefillHold         chan struct{}                              // prefill blocks until closed (or cancel)
 	dropAfter           int                                        // decode drops the connection after this many tokens (0: never)
 	cancelFails         atomic.Int32                               // the first N cancels answer 500
@@ -165,6 +166,12 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 			// As prefillsrv answers its own admission: 200, nothing sent.
 			json.NewEncoder(w).Encode(peerapi.PrefillResult{Error: e})
 			return
+		}
+		if f.prefillFails != nil {
+			if e := f.prefillFails(i); e != nil {
+				json.NewEncoder(w).Encode(peerapi.PrefillResult{Error: e})
+				return
+			}
 		}
 		if hold != nil {
 			select {

@@ -165,6 +165,36 @@ func TestUnreachablePrefillIsRetriedOnAnother(t *testing.T) {
 	}
 }
 
+// A prefill server whose model file was written under it fails its
+// requests with model_file_modified, having sent nothing, and stops within
+// seconds. Its prefill legs run on another prefill server under the same
+// reservation, instead of failing with its 500 until it is gone.
+func TestPrefillWhoseModelChangedIsRetriedOnAnother(t *testing.T) {
+	f := newFake()
+	f.options = func(o *Options) { o.HealthEvery = time.Hour } // only calls can notice
+	f.prefillFails = func(i int) *peerapi.Error {
+		if i == 0 {
+			return &peerapi.Error{Kind: "integrity", Code: "model_file_modified", Message: "the model file changed under the server"}
+		}
+		return nil
+	}
+	r, _ := f.start(t, 2, 1)
+	for i, tenant := range []string{"acme", "globex", "initech", "umbrella"} {
+		st, err := r.Submit(context.Background(), admitted(t, tenant, 3, 1))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, res := drain(t, st); res.Err != nil {
+			t.Fatalf("request %d: %v", i, res.Err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.generates) != 4 || len(f.cancels[RoleDecode]) != 0 {
+		t.Fatalf("%d reservations and decode cancels %v for 4 requests: each should keep its one reservation", len(f.generates), f.cancels[RoleDecode])
+	}
+}
+
 // TestPrefillLostAfterTheRequestIsNotRetried: a prefill server that took
 // the request and then dropped the connection may have computed and sent
 // KV already; the router never runs the same transfer on a second prefill

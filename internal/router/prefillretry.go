@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 )
 
@@ -45,7 +46,11 @@ func (x *exchange) startPrefill(tried map[*peer]bool) {
 //     health checks mark it down), or
 //   - the peer refused the prompt's length at its own admission, before
 //     computing or sending anything (sentNothing), for limits the router
-//     had not heard of yet (refreshAfterRefusal).
+//     had not heard of yet (refreshAfterRefusal), or
+//   - the peer failed with model_file_modified having sent nothing: its
+//     model file was written under it, and it fails everything until it
+//     stops, within seconds. It counts as a failure towards marking the
+//     peer down.
 //
 // In both cases no KV byte reached decode, whose reservation is still
 // unopened and takes the new peer's OPEN as the first; no token was
@@ -57,7 +62,11 @@ func (x *exchange) retryPrefill(ctx context.Context, pa prefillAnswer, tried map
 	if x.early != nil || x.isReady() || ctx.Err() != nil || x.lctx.Err() != nil {
 		return false // decode has spoken, or the request is over
 	}
-	if !pa.unreached && !(pa.sentNothing && limitRefused(pa.err) && x.r.refreshAfterRefusal(x.p, x.req)) {
+	modelGone := pa.sentNothing && pa.err != nil && pa.err.Code == engine.CodeModelFileModified
+	if modelGone {
+		x.r.failed(x.p, pa.err.Error())
+	}
+	if !pa.unreached && !modelGone && !(pa.sentNothing && limitRefused(pa.err) && x.r.refreshAfterRefusal(x.p, x.req)) {
 		return false
 	}
 	r := x.r
