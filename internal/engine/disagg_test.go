@@ -8,6 +8,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
@@ -155,6 +156,33 @@ func TestSubmitPrefilledRefusesShortKV(t *testing.T) {
 	}
 	if _, err := dec.e.SubmitPrefilled(context.Background(), a, seq, 5); err == nil {
 		t.Fatal("SubmitPrefilled accepted a sequence holding 1 of the prompt's tokens")
+	}
+	if st := dec.pool.Stats(); st.Free != 32 {
+		t.Fatalf("refused sequence was not freed: %+v", st)
+	}
+}
+
+// TestSubmitPrefilledRefusesAnotherTenantsKV: a sequence holding the whole
+// prompt's KV, but allocated for another tenant, never starts decoding
+// for this one; it is freed.
+func TestSubmitPrefilledRefusesAnotherTenantsKV(t *testing.T) {
+	m := stories(t)
+	dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
+	prompt := m.Tokenizer.Encode("Once upon a time", true)
+	a := admit(t, dec.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: 10})
+	seq, err := dec.pool.Alloc(kv.Owner{Tenant: "globex", Request: 1}, len(prompt)+10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := make([]float32, len(prompt)*m.Config.KVDim())
+	for l := 0; l < m.Config.Layers; l++ {
+		if err := seq.WriteTokens(l, 0, len(prompt), k, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = dec.e.SubmitPrefilled(context.Background(), a, seq, 5)
+	if e := errkind.Of(err); err == nil || e.Code != "kv_foreign" {
+		t.Fatalf("SubmitPrefilled of globex's KV for acme: %v; want kv_foreign", err)
 	}
 	if st := dec.pool.Stats(); st.Free != 32 {
 		t.Fatalf("refused sequence was not freed: %+v", st)

@@ -192,6 +192,12 @@ func (e *Engine) SubmitPrefilled(ctx context.Context, a Admitted, seq *kv.Seq, f
 		}
 		return nil, errkind.New(errkind.Integrity, "kv_incomplete", "the transferred KV does not cover the prompt")
 	}
+	if seq.Owner().Tenant != req.Tenant {
+		// The caller allocates the sequence for the request; one of
+		// another tenant's would decode this request from its KV.
+		seq.Free()
+		return nil, errkind.New(errkind.Integrity, "kv_foreign", "the transferred KV belongs to another tenant than the request")
+	}
 	// Nothing left to decode: the first token ended the text, or it was
 	// the only token asked for. Answer without a step.
 	if e.m.IsEnd(firstToken) || req.MaxTokens == 1 {
