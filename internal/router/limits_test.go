@@ -144,15 +144,7 @@ func TestUnreachablePrefillIsRetriedOnAnother(t *testing.T) {
 	servers[0].Close() // prefill 0: connection refused from now on
 	// Pairing alternates between equally loaded prefills for tenants that
 	// used none yet (one tenant would stick to the one that answered).
-	for i, tenant := range []string{"acme", "globex", "initech", "umbrella"} {
-		st, err := r.Submit(context.Background(), admitted(t, tenant, 3, 1))
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		if _, res := drain(t, st); res.Err != nil {
-			t.Fatalf("request %d: %v", i, res.Err)
-		}
-	}
+	runAll(t, r, []string{"acme", "globex", "initech", "umbrella"}, 3, 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.generates) != 4 || len(f.cancels[RoleDecode]) != 0 {
@@ -179,15 +171,7 @@ func TestPrefillWhoseModelChangedIsRetriedOnAnother(t *testing.T) {
 		return nil
 	}
 	r, _ := f.start(t, 2, 1)
-	for i, tenant := range []string{"acme", "globex", "initech", "umbrella"} {
-		st, err := r.Submit(context.Background(), admitted(t, tenant, 3, 1))
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
-		if _, res := drain(t, st); res.Err != nil {
-			t.Fatalf("request %d: %v", i, res.Err)
-		}
-	}
+	runAll(t, r, []string{"acme", "globex", "initech", "umbrella"}, 3, 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.generates) != 4 || len(f.cancels[RoleDecode]) != 0 {
