@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,7 +28,8 @@ func TestQuotaPrefixPreemption(t *testing.T) {
 		pc := kv.ConfigFor(&m.Config, pages, pageSize)
 		pc.TenantPages = quota
 		var cache *prefix.Cache
-		h := startEnginePool(t, m, pc, Config{BatchTokens: 20, MaxRunning: 5}, func(pool *kv.Pool, c *Config) {
+		obs := &lookupCounter{}
+		h := startEnginePool(t, m, pc, Config{BatchTokens: 20, MaxRunning: 5, Observer: obs}, func(pool *kv.Pool, c *Config) {
 			var err error
 			if cache, err = prefix.New(pool, prefix.Config{MaxBlocks: 3}); err != nil {
 				t.Fatal(err)
@@ -79,7 +81,12 @@ func TestQuotaPrefixPreemption(t *testing.T) {
 			t.Error(err)
 		}
 		waitIdle(t, h)
-		t.Logf("seed %d: %+v", seed, h.e.Stats())
+		t.Logf("seed %d: %+v, %d prefix lookups reported", seed, h.e.Stats(), obs.lookups.Load())
+		// One report per request, however often it was preempted before
+		// its first token and looked up again.
+		if n := obs.lookups.Load(); n > 18 {
+			t.Errorf("seed %d: %d prefix lookups reported for 18 requests", seed, n)
+		}
 		cache.Clear()
 		if st := h.pool.Stats(); st.Free != pages || st.Violations != 0 || len(st.TenantPages) != 0 {
 			t.Fatalf("seed %d: pool after the requests: %+v", seed, st)
@@ -89,3 +96,11 @@ func TestQuotaPrefixPreemption(t *testing.T) {
 		}
 	}
 }
+
+// lookupCounter is an Observer that counts the prefix lookups reported.
+type lookupCounter struct{ lookups atomic.Int64 }
+
+func (c *lookupCounter) ObserveStep(int, int, int)     {}
+func (c *lookupCounter) Preempted(string)              {}
+func (c *lookupCounter) OwnershipViolation()           {}
+func (c *lookupCounter) PrefixLookup(string, int, int) { c.lookups.Add(1) }

@@ -20,8 +20,9 @@ type request struct {
 	tokens    []int
 	promptLen int
 	maxTokens int
-	fed       int // leading tokens whose KV is in seq
-	cached    int // prompt tokens served from the prefix cache
+	fed       int  // leading tokens whose KV is in seq
+	cached    int  // prompt tokens served from the prefix cache
+	looked    bool // its prefix lookup was reported (onLookup): once a request
 	// prefillOnly requests stop after the first sampled token and hand
 	// their KV over (Engine.Prefill) instead of freeing it.
 	prefillOnly bool
@@ -227,7 +228,10 @@ func (s *scheduler) alloc(r *request) (*kv.Seq, int, error) {
 		refs, hit := s.prefix.Lookup(s.namespace(r.tenant), r.tokens[:len(r.tokens)-1])
 		seq, err := s.pool.AllocWithPrefix(owner, refs, len(r.tokens))
 		if err == nil {
-			if s.onLookup != nil && r.generated() == 0 {
+			if s.onLookup != nil && r.generated() == 0 && !r.looked {
+				// Once: a request preempted before its first token looks
+				// up again when it restarts, and is still one request.
+				r.looked = true
 				bs := s.prefix.BlockSize()
 				s.onLookup(r.tenant, hit/bs, (len(r.tokens)-1)/bs-hit/bs)
 			}
