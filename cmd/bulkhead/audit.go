@@ -75,6 +75,9 @@ func (f *tenantKeyFlags) set(v string) error {
 	if key == "" {
 		return fmt.Errorf("tenant %q has an empty API key", name)
 	}
+	if badHeaderValue(key) {
+		return fmt.Errorf("tenant %q's API key holds a control character, such as a line ending copied from a file; it cannot be sent in a header", name)
+	}
 	if len(key) < minAuditKeyLen {
 		return fmt.Errorf("tenant %q's API key is %d characters; the audit needs at least %d, as it removes every key from what the endpoint sends back", name, len(key), minAuditKeyLen)
 	}

@@ -105,6 +105,9 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := mf.check(); err != nil {
+		return err
+	}
 	start := time.Now()
 	m, err := model.Open(mf.model, mf.tokenizer)
 	if err != nil {

@@ -65,6 +65,11 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	if *apiKey == "" {
 		*apiKey = os.Getenv("OPENAI_API_KEY")
 	}
+	if badHeaderValue(*apiKey) {
+		// Go's transport refuses such a header before sending: every
+		// request would fail, and be counted, as a transport error.
+		return usagef("--api-key (or $OPENAI_API_KEY) holds a control character, such as a line ending copied from a file; the key is not shown")
+	}
 	cfg := loadgen.Config{
 		Target: *target, APIKey: *apiKey, Model: *modelName, Endpoint: ep,
 		Concurrency: levels, Requests: *requests, Warmup: *warmup,
@@ -104,6 +109,12 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d of %d measured requests failed (%s)", t.Failed, t.Requests, errorCountsText(t.Errors))
 	}
 	return nil
+}
+
+// badHeaderValue reports a value that cannot be sent in an HTTP header:
+// one holding a control character (a CR or LF, typically).
+func badHeaderValue(v string) bool {
+	return strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
 // parseLevels parses "1,8,32".

@@ -15,12 +15,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -66,6 +68,19 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if err := checkDrain(*drain); err != nil {
+		return err
+	}
+	// Checked here, not first by each child: a child's refusal would come
+	// after the CA and the other children, as "exited before announcing".
+	for _, f := range []struct{ name, spec string }{{"--faults-prefill", *faultsPrefill}, {"--faults-decode", *faultsDecode}} {
+		if _, err := transfer.ParseFaults(f.spec); err != nil {
+			return usagef("%s: %v", f.name, err)
+		}
+	}
+	if _, _, err := net.SplitHostPort(*childMetrics); err == nil || strings.ContainsAny(*childMetrics, "[]") {
+		return usagef("--children-metrics %q: give a bare host, like 127.0.0.1; each child picks a port of its own", *childMetrics)
 	}
 	if *nPrefill < 1 || *nPrefill > 32 || *nDecode < 1 || *nDecode > 32 {
 		return usagef("--prefill and --decode must be 1 to 32 (have %d and %d)", *nPrefill, *nDecode)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -151,34 +152,36 @@ func TestClusterStopsEveryChild(t *testing.T) {
 }
 
 // TestClusterStopsWhileStarting: SIGTERM while a child is still starting
-// (here it never can: its model is a FIFO nobody writes, so opening it
-// blocks) stops the cluster at once, with a non-zero status that says so,
-// instead of being held until the child's announce deadline.
+// stops the cluster at once, with an error that says so, instead of being
+// held until the child's announce deadline; the child's whole process
+// group goes with it. The child here is a shell that never announces (a
+// model file that blocks its opening, a named pipe, is now refused before
+// any child starts), with a grandchild holding its output pipes open, so
+// a group left running would keep startChild waiting.
 func TestClusterStopsWhileStarting(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "model.gguf")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skipf("no shell: %v", err)
 	}
-	cfg := writeConfig(t, "model: "+fifo+"\n")
-	cmd := exec.Command(bulkheadBinary(t), "cluster", "--config", cfg, "--listen", "127.0.0.1:0")
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(500*time.Millisecond, cancel)
+	type res struct {
+		c   *child
+		err error
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	time.Sleep(500 * time.Millisecond) // the first child is blocked opening its model by now
-	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan res, 1)
+	go func() {
+		c, err := startChild(ctx, "prefill[0]", sh, []string{"-c", "sleep 60 & wait"}, io.Discard)
+		done <- res{c, err}
+	}()
 	select {
-	case err := <-exited:
-		if err == nil || !strings.Contains(stderr.String(), "interrupted") {
-			t.Fatalf("cluster exit %v after SIGTERM during startup; stderr:\n%s", err, stderr.String())
+	case r := <-done:
+		if r.c != nil || r.err == nil || !strings.Contains(r.err.Error(), "interrupted") {
+			t.Fatalf("startChild interrupted while starting: child %v, error %v; want no child and an error that says it was interrupted", r.c, r.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("cluster still running 10s after SIGTERM during startup; stderr:\n%s", stderr.String())
+		t.Fatal("startChild still waiting 10s after its context ended")
 	}
 }
 

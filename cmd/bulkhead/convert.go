@@ -62,6 +62,12 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	case *checkpoint != "" && *tokPath == "":
 		return usagef("--checkpoint needs --tokenizer")
 	}
+	if err := checkInputFile("--checkpoint", *checkpoint, 0); err != nil {
+		return err
+	}
+	if err := checkInputFile("--tokenizer", *tokPath, maxTokenizerBytes); err != nil {
+		return err
+	}
 	for _, in := range []string{*checkpoint, *tokPath} {
 		if sameFile(in, *out) {
 			return usagef("--out %s is the input file %s; converting would replace it", *out, in)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/model"
@@ -37,6 +38,47 @@ func (m *modelFlags) register(fs interface {
 	fs.StringVar(&m.tokenizer, "tokenizer", "", "llama2.c tokenizer file (only with a llama2.c --model)")
 	fs.IntVar(&m.threads, "threads", 0, "threads for matrix products (0: one per GOMAXPROCS, the CPUs this process may use)")
 	fs.StringVar(&m.kvDType, "kv-dtype", "f32", "KV cache element type: f32 (exact) or f16 (half the memory and attention traffic)")
+}
+
+// check refuses --threads below 0 and --model or --tokenizer paths that
+// cannot be a model's files (see checkInputFile), before the model is
+// opened: opening a named pipe would wait for a writer for ever, and a
+// tokenizer is read whole, so /dev/zero would fill memory.
+func (m *modelFlags) check() error {
+	if m.threads < 0 {
+		return usagef("--threads %d: want 0 (one per GOMAXPROCS) or more", m.threads)
+	}
+	if err := checkInputFile("--model", m.model, 0); err != nil {
+		return err
+	}
+	return checkInputFile("--tokenizer", m.tokenizer, maxTokenizerBytes)
+}
+
+// maxTokenizerBytes bounds a llama2.c tokenizer file, which is read whole:
+// far above any real one (a 128K vocabulary takes a few MiB).
+const maxTokenizerBytes = 64 << 20
+
+// checkInputFile refuses, as a usage error naming flag, a path that exists
+// but is not a regular file (a directory, a device such as /dev/zero, a
+// named pipe), or one over maxBytes when that is not 0. It only stats:
+// opening a named pipe blocks until a writer comes. A missing file passes,
+// for the opener's own error to report; so does "", the embedded default.
+func checkInputFile(flag, path string, maxBytes int64) error {
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil
+	case fi.IsDir():
+		return usagef("%s %s is a directory; name the file", flag, path)
+	case !fi.Mode().IsRegular():
+		return usagef("%s %s is not a regular file (mode %v); it must be a file on disk", flag, path, fi.Mode())
+	case maxBytes > 0 && fi.Size() > maxBytes:
+		return usagef("%s %s is %d bytes, more than the %d MiB allowed; is it the right file?", flag, path, fi.Size(), maxBytes>>20)
+	}
+	return nil
 }
 
 // kvType parses --kv-dtype.
@@ -76,6 +118,9 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	kvt, err := mf.kvType()
 	if err != nil {
+		return err
+	}
+	if err := mf.check(); err != nil {
 		return err
 	}
 	m, err := model.Open(mf.model, mf.tokenizer)

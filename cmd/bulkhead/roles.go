@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -62,6 +63,9 @@ func runPrefill(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := checkDrain(*drain); err != nil {
+		return err
+	}
 	cfg, auth, spec, err := roleSetup(*cfgPath, *faults, *listen, *metricsListen)
 	if err != nil {
 		return err
@@ -101,6 +105,9 @@ func runDecode(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := checkDrain(*drain); err != nil {
+		return err
+	}
 	cfg, auth, spec, err := roleSetup(*cfgPath, *faults, *listen, *metricsListen)
 	if err != nil {
 		return err
@@ -135,6 +142,41 @@ func runDecode(args []string, stdout, stderr io.Writer) error {
 	return srv.Run(ctx, ln, kln)
 }
 
+// checkCertHost refuses a --hosts entry that is neither an IP address nor
+// a DNS name: the certificate would be issued anyway, valid for no address
+// a peer can dial, and the mistake would show only as failed handshakes.
+// "999.1.1.1" is refused as a bad address, not taken for a name; a leading
+// "*." wildcard label is allowed, as TLS matches it.
+func checkCertHost(h string) error {
+	if net.ParseIP(h) != nil {
+		return nil
+	}
+	if strings.HasPrefix(h, "[") || strings.Contains(h, ":") {
+		return fmt.Errorf("%q: give a bare IP address or DNS name, without brackets, port or scheme", h)
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(h, "*."), ".")
+	labels := strings.Split(name, ".")
+	if len(h) > 253 {
+		return fmt.Errorf("%q: a DNS name is at most 253 characters", h)
+	}
+	allDigits := true
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return fmt.Errorf("%q is not a DNS name: each dot-separated label needs 1 to 63 characters and may not start or end with '-'", h)
+		}
+		for _, c := range []byte(l) {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return fmt.Errorf("%q is not an IP address or DNS name: %q is not allowed in one", h, c)
+			}
+		}
+		allDigits = allDigits && strings.Trim(l, "0123456789") == ""
+	}
+	if allDigits {
+		return fmt.Errorf("%q is not a valid IP address", h)
+	}
+	return nil
+}
+
 func runCerts(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("certs", stderr)
 	out := fs.String("out", "", "directory to write the certificates into (required)")
@@ -164,6 +206,9 @@ func runCerts(args []string, stdout, stderr io.Writer) error {
 	var hs []string
 	for _, h := range strings.Split(*hosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
+			if err := checkCertHost(h); err != nil {
+				return usagef("--hosts: %v", err)
+			}
 			hs = append(hs, h)
 		}
 	}

@@ -38,6 +38,9 @@ func runRouter(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := checkDrain(*drain); err != nil {
+		return err
+	}
 	if *cfgPath == "" {
 		return usagef("--config is required: the router needs the peers section (auth and addresses)")
 	}

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,7 +35,33 @@ func loadConfig(path, modelPath string) (*config.Config, error) {
 	if modelPath != "" {
 		cfg.Model = modelPath
 	}
+	// Checked before any command opens them: a named pipe there would
+	// hang startup, waiting for a writer, and the tokenizer is read whole.
+	modelWhat, tokWhat := "--model", fmt.Sprintf("tokenizer (in %s)", path)
+	if modelPath == "" {
+		modelWhat = fmt.Sprintf("model (in %s)", path)
+	}
+	for _, f := range []struct {
+		what, path string
+		max        int64
+	}{{modelWhat, cfg.Model, 0}, {tokWhat, cfg.Tokenizer, maxTokenizerBytes}} {
+		if err := checkInputFile(f.what, f.path, f.max); err != nil {
+			if !strings.HasPrefix(f.what, "--") {
+				return nil, errors.Unwrap(err) // the config's mistake, not the command line's
+			}
+			return nil, err
+		}
+	}
 	return cfg, nil
+}
+
+// checkDrain refuses a negative --drain: it would not wait at all, as 0
+// does, while reading as if it meant something else.
+func checkDrain(d time.Duration) error {
+	if d < 0 {
+		return usagef("--drain %v: want 0 (stop at once) or a positive duration", d)
+	}
+	return nil
 }
 
 func newLogger(level string, w io.Writer) *slog.Logger {
@@ -52,6 +80,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	metricsListen := fs.String("metrics-listen", "", metricsListenUsage)
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM/SIGINT, how long in-flight requests may take to finish")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := checkDrain(*drain); err != nil {
 		return err
 	}
 	cfg, err := loadConfig(*cfgPath, *modelPath)
