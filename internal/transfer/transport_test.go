@@ -27,6 +27,7 @@ func TestParseFaults(t *testing.T) {
 	}
 	for spec, msg := range map[string]string{
 		"drop=2":        "outside [0, 1]",
+		"drop=NaN":      "outside [0, 1]",
 		"drop=x":        "not a number",
 		"kill=12":       "frame:N",
 		"kill=frame:0":  "at least 1",
