@@ -22,7 +22,7 @@ type request struct {
 	maxTokens int
 	fed       int  // leading tokens whose KV is in seq
 	cached    int  // prompt tokens served from the prefix cache
-	looked    bool // its prefix lookup was reported (onLookup): once a request
+	looked    bool // its prefix lookup has been reported (onLookup), once per request
 	// prefillOnly requests stop after the first sampled token and hand
 	// their KV over (Engine.Prefill) instead of freeing it.
 	prefillOnly bool
