@@ -94,10 +94,8 @@ func TestDisaggPeerRoles(t *testing.T) {
 		nc.Close()
 	}
 	d.waitMetric(t, 1, "bulkhead_peer_auth_failures_total")
-	if l := d.stderr.String(); !strings.Contains(l, "kv connection refused") || !strings.Contains(l, "presented a certificate with role router") ||
-		!strings.Contains(l, "needs a certificate with role prefill") {
-		t.Fatalf("decode's log does not say which role its KV listener refused and which it needs:\n%s", l)
-	}
+	d.waitLog(t, "decode's log does not say which role its KV listener refused and which it needs",
+		"kv connection refused", "presented a certificate with role router", "needs a certificate with role prefill")
 
 	// /metrics: not on the control port without a peer certificate; the
 	// metrics listener (startRole's --metrics-listen) serves it, and

@@ -224,6 +224,29 @@ func (p *process) waitMetric(t testing.TB, want float64, name string, labels ...
 	}
 }
 
+// waitLog waits until the process's stderr holds every one of parts, up
+// to 10 s, and fails the test with the log if it does not: a line is
+// written after the event a test can observe (a metric, a refused
+// connection), not before.
+func (p *process) waitLog(t testing.TB, why string, parts ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l := p.stderr.String()
+		missing := false
+		for _, part := range parts {
+			missing = missing || !strings.Contains(l, part)
+		}
+		if !missing {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s:\n%s", why, l)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func writeConfig(t testing.TB, yaml string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "bulkhead.yaml")
