@@ -63,10 +63,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return usagef("--checkpoint needs --tokenizer")
 	}
 	if err := checkInputFile("--checkpoint", *checkpoint, 0); err != nil {
-		return err
+		return usageError{err}
 	}
 	if err := checkInputFile("--tokenizer", *tokPath, maxTokenizerBytes); err != nil {
-		return err
+		return usageError{err}
 	}
 	for _, in := range []string{*checkpoint, *tokPath} {
 		if sameFile(in, *out) {

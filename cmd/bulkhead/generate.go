@@ -49,21 +49,25 @@ func (m *modelFlags) check() error {
 		return usagef("--threads %d: want 0 (one per GOMAXPROCS) or more", m.threads)
 	}
 	if err := checkInputFile("--model", m.model, 0); err != nil {
-		return err
+		return usageError{err}
 	}
-	return checkInputFile("--tokenizer", m.tokenizer, maxTokenizerBytes)
+	if err := checkInputFile("--tokenizer", m.tokenizer, maxTokenizerBytes); err != nil {
+		return usageError{err}
+	}
+	return nil
 }
 
 // maxTokenizerBytes bounds a llama2.c tokenizer file, which is read whole:
 // far above any real one (a 128K vocabulary takes a few MiB).
 const maxTokenizerBytes = 64 << 20
 
-// checkInputFile refuses, as a usage error naming flag, a path that exists
-// but is not a regular file (a directory, a device such as /dev/zero, a
-// named pipe), or one over maxBytes when that is not 0. It only stats:
-// opening a named pipe blocks until a writer comes. A missing file passes,
-// for the opener's own error to report; so does "", the embedded default.
-func checkInputFile(flag, path string, maxBytes int64) error {
+// checkInputFile refuses, naming what (a flag, or a config key), a path
+// that exists but is not a regular file (a directory, a device such as
+// /dev/zero, a named pipe), or one over maxBytes when that is not 0. It
+// only stats: opening a named pipe blocks until a writer comes. A missing
+// file passes, for the opener's own error to report; so does "", the
+// embedded default. A flag's caller makes the error a usageError.
+func checkInputFile(what, path string, maxBytes int64) error {
 	if path == "" {
 		return nil
 	}
@@ -72,11 +76,11 @@ func checkInputFile(flag, path string, maxBytes int64) error {
 	case err != nil:
 		return nil
 	case fi.IsDir():
-		return usagef("%s %s is a directory; name the file", flag, path)
+		return fmt.Errorf("%s %s is a directory; name the file", what, path)
 	case !fi.Mode().IsRegular():
-		return usagef("%s %s is not a regular file (mode %v); it must be a file on disk", flag, path, fi.Mode())
+		return fmt.Errorf("%s %s is not a regular file (mode %v); it must be a file on disk", what, path, fi.Mode())
 	case maxBytes > 0 && fi.Size() > maxBytes:
-		return usagef("%s %s is %d bytes, more than the %d MiB allowed; is it the right file?", flag, path, fi.Size(), maxBytes>>20)
+		return fmt.Errorf("%s %s is %d bytes, more than the %d MiB allowed; is it the right file?", what, path, fi.Size(), maxBytes>>20)
 	}
 	return nil
 }

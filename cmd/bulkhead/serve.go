@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -37,20 +35,20 @@ func loadConfig(path, modelPath string) (*config.Config, error) {
 	}
 	// Checked before any command opens them: a named pipe there would
 	// hang startup, waiting for a writer, and the tokenizer is read whole.
-	modelWhat, tokWhat := "--model", fmt.Sprintf("tokenizer (in %s)", path)
+	// --model's mistake is the command line's (a usage error); the
+	// config's is the file's.
+	what := "--model"
 	if modelPath == "" {
-		modelWhat = fmt.Sprintf("model (in %s)", path)
+		what = fmt.Sprintf("model (in %s)", path)
 	}
-	for _, f := range []struct {
-		what, path string
-		max        int64
-	}{{modelWhat, cfg.Model, 0}, {tokWhat, cfg.Tokenizer, maxTokenizerBytes}} {
-		if err := checkInputFile(f.what, f.path, f.max); err != nil {
-			if !strings.HasPrefix(f.what, "--") {
-				return nil, errors.Unwrap(err) // the config's mistake, not the command line's
-			}
-			return nil, err
+	if err := checkInputFile(what, cfg.Model, 0); err != nil {
+		if modelPath != "" {
+			return nil, usageError{err}
 		}
+		return nil, err
+	}
+	if err := checkInputFile(fmt.Sprintf("tokenizer (in %s)", path), cfg.Tokenizer, maxTokenizerBytes); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
