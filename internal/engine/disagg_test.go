@@ -135,56 +135,45 @@ func crc32c(f []float32) uint32 {
 	return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))
 }
 
-// TestSubmitPrefilledRefusesShortKV: a sequence that does not hold the
-// whole prompt can never start decoding.
-func TestSubmitPrefilledRefusesShortKV(t *testing.T) {
+// TestSubmitPrefilledRefusesKV: a sequence that does not hold the whole
+// prompt, or that was allocated for another tenant though it holds the
+// whole prompt's KV, never starts decoding; it is freed, and the error
+// says which.
+func TestSubmitPrefilledRefusesKV(t *testing.T) {
 	m := stories(t)
-	dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
-	prompt := m.Tokenizer.Encode("Once upon a time", true)
-	a := admit(t, dec.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: 10})
-	seq, err := dec.pool.Alloc(kv.Owner{Tenant: "acme", Request: 1}, len(prompt)+10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Only the first token's KV arrived.
-	c := &m.Config
-	k := make([]float32, c.KVDim())
-	for l := 0; l < c.Layers; l++ {
-		if err := seq.WriteTokens(l, 0, 1, k, k); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := dec.e.SubmitPrefilled(context.Background(), a, seq, 5); err == nil {
-		t.Fatal("SubmitPrefilled accepted a sequence holding 1 of the prompt's tokens")
-	}
-	if st := dec.pool.Stats(); st.Free != 32 {
-		t.Fatalf("refused sequence was not freed: %+v", st)
-	}
-}
-
-// TestSubmitPrefilledRefusesAnotherTenantsKV: a sequence holding the whole
-// prompt's KV, but allocated for another tenant, never starts decoding
-// for this one; it is freed.
-func TestSubmitPrefilledRefusesAnotherTenantsKV(t *testing.T) {
-	m := stories(t)
-	dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
-	prompt := m.Tokenizer.Encode("Once upon a time", true)
-	a := admit(t, dec.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: 10})
-	seq, err := dec.pool.Alloc(kv.Owner{Tenant: "globex", Request: 1}, len(prompt)+10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := make([]float32, len(prompt)*m.Config.KVDim())
-	for l := 0; l < m.Config.Layers; l++ {
-		if err := seq.WriteTokens(l, 0, len(prompt), k, k); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, err = dec.e.SubmitPrefilled(context.Background(), a, seq, 5)
-	if e := errkind.Of(err); err == nil || e.Code != "kv_foreign" {
-		t.Fatalf("SubmitPrefilled of globex's KV for acme: %v; want kv_foreign", err)
-	}
-	if st := dec.pool.Stats(); st.Free != 32 {
-		t.Fatalf("refused sequence was not freed: %+v", st)
+	for _, tc := range []struct {
+		name, tenant string
+		written      int // prompt tokens whose KV arrived; -1: all
+		code         string
+	}{
+		{"short", "acme", 1, "kv_incomplete"},
+		{"another tenant's", "globex", -1, "kv_foreign"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
+			prompt := m.Tokenizer.Encode("Once upon a time", true)
+			a := admit(t, dec.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: 10})
+			seq, err := dec.pool.Alloc(kv.Owner{Tenant: tc.tenant, Request: 1}, len(prompt)+10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := tc.written
+			if n < 0 {
+				n = len(prompt)
+			}
+			k := make([]float32, n*m.Config.KVDim())
+			for l := 0; l < m.Config.Layers; l++ {
+				if err := seq.WriteTokens(l, 0, n, k, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err = dec.e.SubmitPrefilled(context.Background(), a, seq, 5)
+			if e := errkind.Of(err); err == nil || e.Code != tc.code {
+				t.Fatalf("SubmitPrefilled of %s's KV of %d of %d tokens for acme: %v; want %s", tc.tenant, n, len(prompt), err, tc.code)
+			}
+			if st := dec.pool.Stats(); st.Free != 32 {
+				t.Fatalf("refused sequence was not freed: %+v", st)
+			}
+		})
 	}
 }
