@@ -121,6 +121,12 @@ func (s *scheduler) preempt(r *request) {
 func (s *scheduler) plan() stepPlan {
 	var p stepPlan
 	left := s.budget
+	// blockedTenant: tenants whose queued requests may not start this
+	// step, because the tenant is at its own page quota. poolShort: a
+	// sequence lost its pages to another's growth, so the pool itself is
+	// short and no queued request may start this step.
+	blockedTenant := map[string]bool{}
+	poolShort := false
 
 	// Pass 1: decoding sequences, one token each.
 	for _, r := range append([]*request(nil), s.running...) {
@@ -137,7 +143,14 @@ func (s *scheduler) plan() stepPlan {
 			}
 			victim := s.running[len(s.running)-1]
 			if errors.Is(err, kv.ErrQuota) {
-				victim = r // the tenant is at its own page limit: only it waits
+				// The tenant is at its own page limit: only it waits, and
+				// only its queue stands still. The pool may have room for
+				// others; holding them back would let one tenant's quota
+				// stall everyone's queue for the step.
+				victim = r
+				blockedTenant[r.tenant] = true
+			} else {
+				poolShort = true
 			}
 			s.preempt(victim)
 			p.preempted = append(p.preempted, victim)
@@ -170,9 +183,9 @@ func (s *scheduler) plan() stepPlan {
 	// blocks only its tenant's. A request delivered prefilled already holds
 	// every page it will use, so neither blocks it: waiting, it would keep
 	// the very pages the request ahead of it waits for, and neither would
-	// ever start.
-	if len(p.preempted) == 0 {
-		blockedTenant := map[string]bool{}
+	// ever start. After a preemption for want of pool pages nothing starts
+	// this step: what it would take, the preempted sequence needs back.
+	if !poolShort {
 		poolBlocked := false
 		for i := 0; i < len(s.queue) && left > 0 && len(s.running) < s.maxRunning; {
 			r := s.queue[i]
