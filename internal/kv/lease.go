@@ -40,6 +40,7 @@ func (s *Seq) Lease() (*Lease, error) {
 	for _, e := range l.pages {
 		p.pages[e.page].pins++
 	}
+	p.holdGen++
 	p.leases++
 	return l, nil
 }
@@ -206,6 +207,7 @@ func (s *Seq) SharePage(i int, owner Owner) (PageRef, error) {
 	}
 	pg.holders++
 	pg.refs++
+	p.holdGen++
 	return PageRef{page: e.page, tag: e.tag, own: Owner{Tenant: p.tenantNames[e.tag.tenant], Request: e.tag.request}}, nil
 }
 
@@ -223,13 +225,25 @@ func (p *Pool) Idle(r PageRef) bool {
 
 // IdleEach sets idle[i] to Idle(refs[i]) for every ref, under one hold of
 // the pool's lock: a prefix cache counting what it could give back asks
-// about every block it holds.
-func (p *Pool) IdleEach(refs []PageRef, idle []bool) {
+// about every block it holds. It returns the HoldGen the answers hold at.
+func (p *Pool) IdleEach(refs []PageRef, idle []bool) (holdGen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, r := range refs {
 		idle[i] = p.idle(r)
 	}
+	return p.holdGen
+}
+
+// HoldGen is a counter that moves whenever any page gains or loses a
+// hold, a pin or a share: while it stands still, Idle gives every ref the
+// answer it gave before. A prefix cache asked each scheduler step what it
+// could give back, while a queue waits for pages that running sequences
+// hold, answers from its last count instead of walking every block again.
+func (p *Pool) HoldGen() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holdGen
 }
 
 func (p *Pool) idle(r PageRef) bool {

@@ -127,6 +127,10 @@ type Pool struct {
 	scrubs     uint64
 	allocs     uint64
 	leases     int
+	// holdGen moves whenever a page gains or loses a hold, a pin or a
+	// share: every event that can change what Idle answers (a fresh
+	// reservation cannot, its pages being neither shared nor cached).
+	holdGen uint64
 
 	// With Checksums: per cell (Pool.cell), the CRC32C of K and of V
 	// (sums[2c], sums[2c+1]), valid where sealed has the cell's bit.
@@ -260,6 +264,7 @@ func (p *Pool) reserve(tenant uint32, n int) ([]int32, error) {
 // drop removes one holder (or, with pin, one lease pin) from page i and
 // frees it when nothing references it any more. The caller holds mu.
 func (p *Pool) drop(i int32, pin bool) {
+	p.holdGen++
 	pg := &p.pages[i]
 	if pin {
 		pg.pins--

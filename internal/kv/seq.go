@@ -82,6 +82,7 @@ func (p *Pool) AllocWithPrefix(owner Owner, prefix []PageRef, tokens int) (*Seq,
 		p.pages[r.page].holders++
 		s.table = append(s.table, entry{page: r.page, shared: true, tag: r.tag})
 	}
+	p.holdGen++
 	s.adopt(own)
 	for l := range s.filled {
 		s.filled[l] = len(prefix) * p.cfg.PageSize

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
@@ -58,6 +59,10 @@ type Cache struct {
 	spaces map[string]*space
 	clock  uint64
 	nextID uint64 // request ids of the cache entries' page owners
+	// gen moves whenever a block is added or removed; with the pool's
+	// HoldGen it tells when count, Reclaimable's last answer, still holds.
+	gen   uint64
+	count reclaimCount
 
 	inserted, evicted, releaseErrs uint64
 }
@@ -188,6 +193,7 @@ func (c *Cache) Insert(ns string, tokens []int, s *kv.Seq) (added int, err error
 		n := &node{key: h, ns: sp, parent: parent, ref: ref}
 		n.elem = sp.lru.PushFront(n)
 		c.nodes[h] = n
+		c.gen++
 		sp.blocks++
 		if parent != nil {
 			parent.children++
@@ -233,6 +239,7 @@ func (sp *space) oldestIdleLeaf(pool *kv.Pool, kept map[int]bool) *node {
 }
 
 func (c *Cache) remove(n *node) {
+	c.gen++
 	delete(c.nodes, n.key)
 	n.ns.lru.Remove(n.elem)
 	n.ns.blocks--
@@ -313,9 +320,33 @@ func (c *Cache) Reclaim(blocks int, keep ...kv.PageRef) int {
 // or keep names (a leaf only once its children are gone). A caller short
 // of n pages reclaims only when this is at least n: removing fewer would
 // empty caches and still not fit.
+//
+// While a queue waits for pages that running sequences hold, the scheduler
+// asks this at every step. The answer is kept, and given again without a
+// walk over every block as long as no block was added or removed, no page
+// gained or lost a hold (kv.Pool.HoldGen) and keep is the same.
 func (c *Cache) Reclaimable(keep ...kv.PageRef) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if m := &c.count; m.valid && m.gen == c.gen && slices.Equal(m.keep, keep) && m.holdGen == c.pool.HoldGen() {
+		return m.n
+	}
+	n, holdGen := c.reclaimable(keep)
+	c.count = reclaimCount{valid: true, gen: c.gen, holdGen: holdGen, keep: append(c.count.keep[:0], keep...), n: n}
+	return n
+}
+
+// reclaimCount is an answer of Reclaimable and the state it holds for.
+type reclaimCount struct {
+	valid        bool
+	gen, holdGen uint64
+	keep         []kv.PageRef
+	n            int
+}
+
+// reclaimable counts what Reclaimable answers by walking every block, and
+// returns the pool's HoldGen that the count holds at.
+func (c *Cache) reclaimable(keep []kv.PageRef) (int, uint64) {
 	kept := keptPages(keep)
 	nodes := make([]*node, 0, len(c.nodes))
 	refs := make([]kv.PageRef, 0, len(c.nodes))
@@ -323,7 +354,7 @@ func (c *Cache) Reclaimable(keep ...kv.PageRef) int {
 		nodes, refs = append(nodes, n), append(refs, n.ref)
 	}
 	idle := make([]bool, len(refs))
-	c.pool.IdleEach(refs, idle)
+	holdGen := c.pool.IdleEach(refs, idle)
 	blocked := map[*node]bool{}
 	for i, n := range nodes {
 		if idle[i] && !kept[n.ref.Page()] {
@@ -340,7 +371,7 @@ func (c *Cache) Reclaimable(keep ...kv.PageRef) int {
 			k++
 		}
 	}
-	return k
+	return k, holdGen
 }
 
 // keptPages is the set of pages keep names.

@@ -277,6 +277,49 @@ func TestReclaimKeepsAndSkips(t *testing.T) {
 	}
 }
 
+// Reclaimable answers from its last count while nothing changed, so every
+// event that changes what the cache could give back must make it count
+// again: a sequence attaching cached blocks, a lease pinning them, their
+// release, and blocks added or removed.
+func TestReclaimableFollowsHolds(t *testing.T) {
+	p := newPool(t, 16)
+	c, _ := New(p, Config{MaxBlocks: 8})
+	tokens := seqOf(3*bs, 0)
+	s := prefill(t, p, kv.Owner{Tenant: "a", Request: 1}, tokens, "tenant:a")
+	c.Insert("tenant:a", tokens, s)
+	want := func(step string, n int) {
+		t.Helper()
+		if got := c.Reclaimable(); got != n {
+			t.Fatalf("%s: Reclaimable() = %d; want %d", step, got, n)
+		}
+	}
+	want("the writer still attaches every block", 0)
+	s.Free()
+	want("the writer freed", 3)
+	hits, _ := c.Lookup("tenant:a", tokens[:2*bs])
+	reader, err := p.AllocWithPrefix(kv.Owner{Tenant: "a", Request: 2}, hits, 2*bs+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("a reader attaches the first 2 blocks", 1)
+	lease, err := reader.Lease()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader.Free()
+	want("the reader freed, its lease still pins them", 1)
+	lease.Release()
+	want("the lease released", 3)
+	c.Evict("tenant:a", 1)
+	want("a block evicted", 2)
+	more := seqOf(4*bs, 0)
+	w := prefill(t, p, kv.Owner{Tenant: "a", Request: 3}, more, "tenant:a")
+	c.Insert("tenant:a", more, w)
+	want("2 blocks inserted that their writer attaches", 0)
+	w.Free()
+	want("their writer freed", 4)
+}
+
 func TestForeignPageIsNotCached(t *testing.T) {
 	p := newPool(t, 16)
 	c, _ := New(p, Config{})

@@ -129,6 +129,12 @@ func TestNoCrossNamespaceHits(t *testing.T) {
 				}
 				c.mu.Unlock()
 				can := c.Reclaimable()
+				c.mu.Lock()
+				walked, _ := c.reclaimable(nil)
+				c.mu.Unlock()
+				if can != walked {
+					t.Fatalf("Reclaimable() = %d from its last count; a walk over the blocks counts %d", can, walked)
+				}
 				free := p.Stats().Free
 				if got := c.Reclaim(1); got != min(1, can) {
 					t.Fatalf("Reclaim(1) removed %d blocks; Reclaimable said %d", got, can)
