@@ -24,8 +24,19 @@ func TestPrefillHandoffThenDecode(t *testing.T) {
 	pre := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
 	dec := startEngine(t, m, 32, 16, Config{BatchTokens: 64, MaxRunning: 4})
 	c := &m.Config
-	for _, p := range []sample.Params{{}, {Temperature: 0.9, TopP: 0.95, Seed: 11}} {
-		prompt := m.Tokenizer.Encode("Lily and Tom went to the park. They saw a big dog", true)
+	// The decode engine resumes the prefill's sampler: its random stream,
+	// and the first token counted towards the penalties (the last prompt
+	// makes that token " the", which the text would repeat).
+	for _, x := range []struct {
+		p    sample.Params
+		text string
+	}{
+		{sample.Params{}, "Lily and Tom went to the park. They saw a big dog"},
+		{sample.Params{Temperature: 0.9, TopP: 0.95, Seed: 11}, "Lily and Tom went to the park. They saw a big dog"},
+		{sample.Params{PresencePenalty: 2, FrequencyPenalty: 1}, "Once upon a time, there was a little girl named Lily. She went to"},
+	} {
+		p := x.p
+		prompt := m.Tokenizer.Encode(x.text, true)
 		const maxTokens = 60
 		want := solo(t, m, prompt, maxTokens, p)
 		a := admit(t, pre.e, Request{Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens, Sampling: p})

@@ -213,7 +213,7 @@ func (e *Engine) SubmitPrefilled(ctx context.Context, a Admitted, seq *kv.Seq, f
 	}
 	st, err := e.submit(ctx, a, func(r *request) {
 		r.seq, r.fed = seq, len(r.tokens)
-		r.sampler.Skip(1)
+		r.sampler.Resume([]int{firstToken})
 		r.tokens = append(r.tokens, firstToken)
 		r.stream.Push(firstToken)
 		r.logits = make([]float32, e.m.Config.Vocab)

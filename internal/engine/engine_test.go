@@ -214,6 +214,12 @@ func isolationUnderLoad(t *testing.T, withPrefix bool, kvt model.KVType) {
 		if i%3 == 1 {
 			j.params = sample.Params{Temperature: 0.8, TopP: 0.95, Seed: uint64(i)}
 		}
+		if i%5 == 2 {
+			// Penalties and biases depend on the request's own tokens
+			// alone, batched or not.
+			j.params.FrequencyPenalty, j.params.PresencePenalty = 0.5, 0.3
+			j.params.LogitBias = []sample.Bias{{Token: 13, Bias: -3}, {Token: 400, Bias: 2}}
+		}
 		if i%7 == 3 {
 			j.cancelAt = rng.IntN(10)
 		}

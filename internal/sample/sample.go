@@ -1,5 +1,6 @@
 // Package sample picks the next token from a model's logits: greedy,
-// temperature, top-k and top-p (nucleus), with a seeded generator so that a
+// temperature, top-k and top-p (nucleus), after a request's logit biases
+// and presence and frequency penalties, with a seeded generator so that a
 // run with the same seed reproduces its text.
 //
 // A Sampler belongs to one request. It never shares random state between
@@ -27,6 +28,27 @@ type Params struct {
 	TopP float32
 	// Seed seeds the generator.
 	Seed uint64
+	// PresencePenalty is taken off the logit of every token the sequence
+	// has generated at least once, and FrequencyPenalty once for each
+	// time it generated it (OpenAI's presence_penalty and
+	// frequency_penalty, each in [-2, 2]). Only generated tokens count,
+	// not the prompt's, as in OpenAI's definition and vLLM.
+	PresencePenalty, FrequencyPenalty float32
+	// LogitBias is added to the logits of the tokens it names before
+	// anything else (OpenAI's logit_bias), in order of token, each token
+	// once, each bias in [-100, 100].
+	LogitBias []Bias
+}
+
+// Bias is one token's entry in Params.LogitBias.
+type Bias struct {
+	Token int
+	Bias  float32
+}
+
+// adjusts reports whether p changes logits before the draw.
+func (p Params) adjusts() bool {
+	return p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || len(p.LogitBias) > 0
 }
 
 // Validate reports settings that cannot be honoured.
@@ -38,6 +60,32 @@ func (p Params) Validate() error {
 		return fmt.Errorf("top_k %d is negative", p.TopK)
 	case math.IsNaN(float64(p.TopP)) || p.TopP < 0 || p.TopP > 1:
 		return fmt.Errorf("top_p %v is outside [0, 1]", p.TopP)
+	case !(p.PresencePenalty >= -2 && p.PresencePenalty <= 2):
+		return fmt.Errorf("presence_penalty %v is outside [-2, 2]", p.PresencePenalty)
+	case !(p.FrequencyPenalty >= -2 && p.FrequencyPenalty <= 2):
+		return fmt.Errorf("frequency_penalty %v is outside [-2, 2]", p.FrequencyPenalty)
+	}
+	for i, b := range p.LogitBias {
+		switch {
+		case b.Token < 0:
+			return fmt.Errorf("logit_bias token %d is negative", b.Token)
+		case i > 0 && b.Token <= p.LogitBias[i-1].Token:
+			return fmt.Errorf("logit_bias tokens are not in increasing order: %d after %d", b.Token, p.LogitBias[i-1].Token)
+		case !(b.Bias >= -100 && b.Bias <= 100):
+			return fmt.Errorf("logit_bias of token %d is %v, outside [-100, 100]", b.Token, b.Bias)
+		}
+	}
+	return nil
+}
+
+// ValidateFor is Validate for a model of vocab tokens: a bias must name
+// one of them.
+func (p Params) ValidateFor(vocab int) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if n := len(p.LogitBias); n > 0 && p.LogitBias[n-1].Token >= vocab {
+		return fmt.Errorf("logit_bias token %d is not in the vocabulary (%d tokens)", p.LogitBias[n-1].Token, vocab)
 	}
 	return nil
 }
@@ -50,6 +98,12 @@ type Sampler struct {
 	prob []float32
 	heap []int    // topKSet's scratch
 	keys []uint64 // sortByProb's scratch
+	// With penalties: how often each token was generated, in order of
+	// first appearance, so that applying them walks a short list rather
+	// than the vocabulary.
+	counts map[int]int
+	seen   []int
+	adj    []float32 // the logits after biases and penalties
 }
 
 // New returns a Sampler for p.
@@ -66,21 +120,65 @@ func Greedy(logits []float32) int {
 	return kernels.Argmax(logits)
 }
 
-// Skip advances the generator past n draws as if Next had been called n
-// times, so a decode server continues the random stream of a request whose
-// first token was sampled by its prefill server.
-func (s *Sampler) Skip(n int) {
-	if s.p.Temperature == 0 {
-		return // greedy draws nothing
-	}
-	for ; n > 0; n-- {
-		s.rng.Float32()
+// Resume puts the sampler where it would be had it drawn generated
+// itself: the generator advanced past one draw per token and the tokens
+// counted for the penalties. A decode server continues so a request whose
+// first tokens its prefill server drew.
+func (s *Sampler) Resume(generated []int) {
+	for _, tok := range generated {
+		if s.p.Temperature != 0 { // greedy draws nothing
+			s.rng.Float32()
+		}
+		s.count(tok)
 	}
 }
 
-// Next picks a token from logits. It may reorder a scratch copy but leaves
-// logits untouched.
+// count notes that tok was generated, for the penalties.
+func (s *Sampler) count(tok int) {
+	if s.p.PresencePenalty == 0 && s.p.FrequencyPenalty == 0 {
+		return
+	}
+	if s.counts == nil {
+		s.counts = map[int]int{}
+	}
+	if s.counts[tok] == 0 {
+		s.seen = append(s.seen, tok)
+	}
+	s.counts[tok]++
+}
+
+// adjusted returns logits after the biases and penalties: logits itself
+// when there are none, else the sampler's copy. Each token's adjustment
+// is one float32 sum in a fixed order (bias, then frequency, then
+// presence), so the bits depend on nothing but the request.
+func (s *Sampler) adjusted(logits []float32) []float32 {
+	if !s.p.adjusts() {
+		return logits
+	}
+	s.adj = append(s.adj[:0], logits...)
+	for _, b := range s.p.LogitBias {
+		if b.Token < len(s.adj) {
+			s.adj[b.Token] += b.Bias
+		}
+	}
+	for _, tok := range s.seen {
+		if tok >= 0 && tok < len(s.adj) {
+			s.adj[tok] -= float32(s.counts[tok])*s.p.FrequencyPenalty + s.p.PresencePenalty
+		}
+	}
+	return s.adj
+}
+
+// Next picks a token from logits, after the request's biases and
+// penalties, and counts it towards the penalties of the tokens after it.
+// It may reorder a scratch copy but leaves logits untouched.
 func (s *Sampler) Next(logits []float32) int {
+	tok := s.next(s.adjusted(logits))
+	s.count(tok)
+	return tok
+}
+
+func (s *Sampler) next(logits []float32) int {
 	if s.p.Temperature == 0 {
 		return Greedy(logits)
 	}

@@ -1,6 +1,10 @@
 package sample
 
-import "testing"
+import (
+	"math"
+	"slices"
+	"testing"
+)
 
 func TestGreedyTiesGoLow(t *testing.T) {
 	if got := Greedy([]float32{1, 3, 3, 2}); got != 1 {
@@ -70,27 +74,100 @@ func TestTemperatureSpreads(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	for _, p := range []Params{{Temperature: -1}, {TopK: -1}, {TopP: 1.5}} {
+	nan := float32(math.NaN())
+	for _, p := range []Params{{Temperature: -1}, {TopK: -1}, {TopP: 1.5},
+		{PresencePenalty: 2.5}, {FrequencyPenalty: -2.01}, {PresencePenalty: nan},
+		{LogitBias: []Bias{{Token: -1, Bias: 1}}}, {LogitBias: []Bias{{Token: 3, Bias: 101}}},
+		{LogitBias: []Bias{{Token: 3, Bias: nan}}}, {LogitBias: []Bias{{Token: 3}, {Token: 3}}},
+		{LogitBias: []Bias{{Token: 4}, {Token: 3}}}} {
 		if p.Validate() == nil {
 			t.Errorf("Validate(%+v) accepted bad settings", p)
 		}
 	}
-	if err := (Params{Temperature: 0.7, TopK: 40, TopP: 0.95}).Validate(); err != nil {
+	good := Params{Temperature: 0.7, TopK: 40, TopP: 0.95, PresencePenalty: -2, FrequencyPenalty: 2,
+		LogitBias: []Bias{{Token: 0, Bias: -100}, {Token: 9, Bias: 100}}}
+	if err := good.Validate(); err != nil {
 		t.Errorf("Validate rejected good settings: %v", err)
+	}
+	if err := good.ValidateFor(10); err != nil {
+		t.Errorf("ValidateFor(10) rejected a bias of token 9: %v", err)
+	}
+	if err := good.ValidateFor(9); err == nil {
+		t.Error("ValidateFor(9) accepted a bias of token 9")
 	}
 }
 
-func TestSkipContinuesTheStream(t *testing.T) {
+// A bias moves a token's logit before the draw: +100 makes a token the
+// greedy choice, -100 takes the favourite out. The caller's logits stay
+// as they were.
+func TestLogitBias(t *testing.T) {
+	logits := []float32{1, 5, 2, 3}
+	if got := New(Params{LogitBias: []Bias{{Token: 0, Bias: 100}}}).Next(logits); got != 0 {
+		t.Errorf("greedy with token 0 biased +100 = %d", got)
+	}
+	if got := New(Params{LogitBias: []Bias{{Token: 1, Bias: -100}}}).Next(logits); got != 3 {
+		t.Errorf("greedy with token 1 biased -100 = %d, want 3, the next most likely", got)
+	}
+	s := New(Params{Temperature: 1, Seed: 3, LogitBias: []Bias{{Token: 1, Bias: -100}, {Token: 2, Bias: 100}}})
+	for range 50 {
+		if got := s.Next(logits); got != 2 {
+			t.Fatalf("a draw with token 2 biased +100 and the favourite -100 gave %d", got)
+		}
+	}
+	if logits[0] != 1 || logits[1] != 5 || logits[2] != 2 {
+		t.Fatalf("Next changed the caller's logits: %v", logits)
+	}
+}
+
+// The penalties lower the logits of the tokens already generated: the
+// frequency penalty once per time, the presence penalty once. Greedy
+// decoding over fixed logits then walks down the ranking instead of
+// repeating its favourite.
+func TestPenalties(t *testing.T) {
+	logits := []float32{0, 4, 3.5, 3.2}
+	draws := func(p Params, n int) []int {
+		s := New(p)
+		var out []int
+		for range n {
+			out = append(out, s.Next(logits))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		p    Params
+		want []int
+	}{
+		{Params{}, []int{1, 1, 1, 1}},
+		// 4-1 = 3 < 3.5: token 2; 3.5-1 = 2.5 < 3.2: token 3; 3.2-1 = 2.2 < 3: token 1.
+		{Params{PresencePenalty: 1}, []int{1, 2, 3, 1}},
+		// 4-0.4 = 3.6 > 3.5 stays; 4-0.8 = 3.2 < 3.5: token 2; 3.5-0.4 = 3.1
+		// < 3.2, a tie of tokens 1 and 3 that goes to the lower.
+		{Params{FrequencyPenalty: 0.4}, []int{1, 1, 2, 1}},
+		// A negative penalty rewards repetition.
+		{Params{PresencePenalty: -2, LogitBias: []Bias{{Token: 3, Bias: 1.5}}}, []int{3, 3, 3, 3}},
+	} {
+		if got := draws(c.p, len(c.want)); !slices.Equal(got, c.want) {
+			t.Errorf("%+v: greedy draws %v, want %v", c.p, got, c.want)
+		}
+	}
+}
+
+// Resume leaves a sampler as drawing the tokens itself would have: the
+// same random stream and the same penalties, which is how a decode server
+// continues a request whose first token its prefill server drew.
+func TestResumeContinuesTheStream(t *testing.T) {
 	logits := []float32{1, 1.2, 0.8, 1.1, 0.9}
-	p := Params{Temperature: 1, Seed: 42}
-	a := New(p)
-	a.Next(logits)
-	want := []int{a.Next(logits), a.Next(logits), a.Next(logits)}
-	b := New(p)
-	b.Skip(1)
-	for i, w := range want {
-		if got := b.Next(logits); got != w {
-			t.Fatalf("draw %d after Skip(1) = %d, want %d", i, got, w)
+	for _, p := range []Params{{Temperature: 1, Seed: 42}, {Temperature: 0.9, Seed: 7, FrequencyPenalty: 0.7, PresencePenalty: 0.3},
+		{FrequencyPenalty: 0.1}} {
+		a := New(p)
+		first := []int{a.Next(logits), a.Next(logits)}
+		want := []int{a.Next(logits), a.Next(logits), a.Next(logits), a.Next(logits)}
+		b := New(p)
+		b.Resume(first)
+		for i, w := range want {
+			if got := b.Next(logits); got != w {
+				t.Fatalf("%+v: draw %d after Resume(%v) = %d, want %d", p, i, first, got, w)
+			}
 		}
 	}
 }
