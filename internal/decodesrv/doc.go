@@ -14,20 +14,26 @@
 //
 // Who may ask for what (under mtls, by the role in the peer's
 // certificate): only the router reserves, generates, cancels, moves a
-// reservation to another prefill (expect) and reads info on the control
-// listener; only prefill servers open KV streams; any
-// peer role may read /metrics there (it names every tenant), and
-// /health and /ready need nothing. Under psk every key holder is every
-// role (peerauth).
+// reservation to another prefill (expect), reads info and /metrics on the
+// control listener (metrics name every tenant, and count what the KV
+// listener refused); only prefill servers open KV streams; /health and
+// /ready need nothing. Under psk every key holder is every role
+// (peerauth). Each reservation is the router's that made it (the SHA-256
+// of its certificate's key): only that router may cancel it or move it
+// to another prefill, and any other router is answered as for an id
+// decode never reserved.
 //
 // Each KV connection's identity (the SHA-256 of its certificate's public
 // key, peerauth.ConnKeyIdentity) is taken at the handshake and passed with
 // every frame; a reservation names the prefill the router chose
 // (GenerateRequest.PrefillIdentity), and the Table refuses every frame
-// for it from another, which decode counts (kv_wrong_sender_total) and
-// logs, at a bounded rate, with both identities' prefixes (a prefill
-// server logs its own, peer_key, when it starts). Under psk every key
-// holder has the same identity, so this separates no prefills there.
+// for it from another, answering that prefill exactly as for an id it
+// never reserved (transfer_unknown_id), so that a prefill learns nothing
+// of reservations that are not its own. Decode alone keeps the
+// distinction: it counts the refusal (kv_wrong_sender_total) and logs it,
+// at a bounded rate, with both identities' prefixes (a prefill server
+// logs its own, peer_key, when it starts). Under psk every key holder has
+// the same identity, so this separates no prefills there.
 //
 // It must never decode a sequence that did not verify, never free a page
 // while a write into it may still land (the Table's Release decides), never

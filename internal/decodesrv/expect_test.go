@@ -105,7 +105,7 @@ func sendRead(t *testing.T, nc net.Conn, c transfer.Conn, f *transfer.Frame) *tr
 // prefill opened the transfer. A prefill-role certificate is refused
 // (403) and changes nothing, and so is a rename to the all-zero identity,
 // which names no one and would make the id a bearer key again. After the
-// router's rename the prefill first named is refused (transfer_wrong_sender)
+// router's rename the prefill first named is refused (as for an unknown id)
 // and the renamed one transfers the KV, which decodes exactly as the
 // model alone does. Once a prefill opened a transfer, a rename is refused
 // (409) and the prefill it named is refused as before.
@@ -134,8 +134,8 @@ func TestExpectEndpoint(t *testing.T) {
 		t.Fatalf("the router's expect: %d %s; want 200", code, body)
 	}
 	nc, c := p.kvAs(first)
-	if got := sendRead(t, nc, c, p.openFrame(id, prompt)); got.Type != transfer.TypeAbort || got.Code != transfer.CodeSender {
-		t.Fatalf("the first-named prefill's OPEN after the rename: %+v; want ABORT %s", got, transfer.CodeSender)
+	if got := sendRead(t, nc, c, p.openFrame(id, prompt)); got.Type != transfer.TypeAbort || got.Code != transfer.CodeUnknownID {
+		t.Fatalf("the first-named prefill's OPEN after the rename: %+v; want ABORT %s", got, transfer.CodeUnknownID)
 	}
 	pr := p.prefill(context.Background(), peerapi.PrefillRequest{ID: id.String(), Tenant: "acme", Prompt: prompt, MaxTokens: maxTokens, DecodeKVAddr: p.kvAddr})
 	if !pr.OK {
@@ -155,8 +155,8 @@ func TestExpectEndpoint(t *testing.T) {
 	if code, body := call(t, p.client, http.MethodPost, expectURL, peerapi.ExpectRequest{ID: id2.String(), PrefillIdentity: firstID.String()}); code != http.StatusConflict || !strings.Contains(body, "already opened") {
 		t.Fatalf("expect for an opened transfer: %d %s; want 409 saying the transfer was already opened", code, body)
 	}
-	if got := sendRead(t, nc, c, p.openFrame(id2, prompt)); got.Type != transfer.TypeAbort || got.Code != transfer.CodeSender {
-		t.Fatalf("another prefill's OPEN after the refused rename: %+v; want ABORT %s", got, transfer.CodeSender)
+	if got := sendRead(t, nc, c, p.openFrame(id2, prompt)); got.Type != transfer.TypeAbort || got.Code != transfer.CodeUnknownID {
+		t.Fatalf("another prefill's OPEN after the refused rename: %+v; want ABORT %s", got, transfer.CodeUnknownID)
 	}
 	if res := p.cancel(p.decURL, id2.String()); !res.Known {
 		t.Fatalf("cancel: %+v", res)
@@ -192,7 +192,7 @@ func TestCorruptedFrameFromAnotherPrefill(t *testing.T) {
 		if err != nil {
 			break // decode closed the rogue's connection
 		}
-		if f.ID == id && f.Code != transfer.CodeSender {
+		if f.ID == id && f.Code != transfer.CodeUnknownID {
 			t.Fatalf("decode answered the rogue's corrupted frame with %+v for the reservation", f)
 		}
 	}
@@ -231,8 +231,8 @@ func TestWrongSenderLogIsBounded(t *testing.T) {
 		}
 	}
 	// The OPEN's answer comes after every ABORT before it was handled.
-	if got := sendRead(t, nc, c, p.openFrame(id, prompt)); got.Code != transfer.CodeSender {
-		t.Fatalf("the rogue's OPEN: %+v; want ABORT %s", got, transfer.CodeSender)
+	if got := sendRead(t, nc, c, p.openFrame(id, prompt)); got.Code != transfer.CodeUnknownID {
+		t.Fatalf("the rogue's OPEN: %+v; want ABORT %s", got, transfer.CodeUnknownID)
 	}
 	if v := p.metric(p.decURL, "bulkhead_kv_wrong_sender_total"); v != fmt.Sprint(flood+1) {
 		t.Errorf("decode counted %q refused frames, want %d", v, flood+1)

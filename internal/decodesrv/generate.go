@@ -105,13 +105,14 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	// explicit cancel.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	rs, err := s.reserve(id, req.Tenant, n, maxNew, sender)
+	router := routerIdentity(r)
+	rs, err := s.reserve(id, req.Tenant, n, maxNew, sender, router)
 	if err != nil {
 		ev.fail(err)
 		return
 	}
 	s.mu.Lock()
-	s.active[id] = cancel
+	s.active[id] = activeRequest{cancel: cancel, router: router}
 	s.mu.Unlock()
 	unregister := func() {
 		s.mu.Lock()
@@ -129,9 +130,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	case out = <-rs.outcome:
 	case <-ctx.Done():
 		// An explicit, acknowledged cancel: the Table aborts the stream
-		// (never mid-frame) and frees the pages once writes drained.
+		// (never mid-frame) and frees the pages once writes drained. This
+		// request made the reservation, so its end is decode's own cancel
+		// (Local), whichever router asked.
 		s.call(func() {
-			s.step(transfer.Cancel{ID: id, Reason: errCancelled})
+			s.step(transfer.Cancel{ID: id, Reason: errCancelled, Local: true})
 		})
 		select {
 		case out = <-rs.outcome:
@@ -266,8 +269,9 @@ func (s *Server) admit(req peerapi.GenerateRequest) (transfer.ID, engine.Admitte
 
 // reserve allocates the whole sequence for n+maxNew tokens (all or
 // nothing) and registers the reservation with the Table, on the loop,
-// for sender to fill (zero: any prefill).
-func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int, sender transfer.Identity) (*reservation, error) {
+// for sender to fill (zero: any prefill), as router's: only router may
+// rename its sender or cancel it.
+func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int, sender, router transfer.Identity) (*reservation, error) {
 	var rs *reservation
 	var rerr error
 	ok := s.call(func() {
@@ -287,7 +291,7 @@ func (s *Server) reserve(id transfer.ID, tenant string, n, maxNew int, sender tr
 		err = s.table.Reserve(transfer.Reservation{
 			ID: id, Tenant: tenant, Tokens: n, MaxNew: maxNew, Layers: s.layers, KVDim: s.kvDim,
 			Deadline: s.now() + secs(timeout), Window: s.cfg.Peers.Window, MaxFrameBytes: s.cfg.Peers.FrameBytes,
-			Sender: sender,
+			Sender: sender, Router: router,
 		})
 		if err != nil {
 			seq.Free()

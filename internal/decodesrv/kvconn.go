@@ -249,7 +249,7 @@ func (s *Server) refuseFrame(kc *kvConn, t transfer.Type) {
 	s.log.Warn("kv connection refused a frame prefill may not send", "peer", kc.id, "type", t.String())
 	for id := range kc.bound {
 		if r := s.table.Receiver(id); r != nil && !r.Terminal() {
-			s.step(transfer.Cancel{ID: id, Reason: reason}) // bound here: the Receiver sends the ABORT
+			s.step(transfer.Cancel{ID: id, Reason: reason, Local: true}) // bound here: the Receiver sends the ABORT
 		}
 	}
 	kc.send(&transfer.Frame{Type: transfer.TypeAbort, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
@@ -299,7 +299,7 @@ func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 		if r := s.table.Receiver(fe.ID); r != nil && r.Unopened() && !r.Accepts(kc.from) {
 			s.wrongSender(transfer.SenderRefused{ID: fe.ID, Peer: kc.id, Type: transfer.TypeOpen, Presented: kc.from, Expected: r.Sender()})
 		} else if r != nil && r.Unopened() {
-			s.step(transfer.Cancel{ID: fe.ID, Reason: reason})
+			s.step(transfer.Cancel{ID: fe.ID, Reason: reason, Local: true})
 			kc.send(&transfer.Frame{Type: transfer.TypeAbort, ID: fe.ID, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})
 		} else {
 			s.step(transfer.BadFrame{Peer: kc.id, Err: fe})
@@ -307,7 +307,7 @@ func (s *Server) badFrame(kc *kvConn, fe *transfer.FrameError) {
 	}
 	for id := range kc.bound {
 		if r := s.table.Receiver(id); r != nil && !r.Terminal() {
-			s.step(transfer.Cancel{ID: id, Reason: reason}) // bound here: the Receiver sends the ABORT
+			s.step(transfer.Cancel{ID: id, Reason: reason, Local: true}) // bound here: the Receiver sends the ABORT
 		}
 	}
 	kc.send(&transfer.Frame{Type: transfer.TypeAbort, Kind: uint8(reason.Kind), Code: reason.Code, Reason: clip(reason.Message)})

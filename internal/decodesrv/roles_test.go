@@ -178,8 +178,9 @@ func TestRouterFramesRefusedOnKVConnections(t *testing.T) {
 }
 
 // TestControlMetricsNeedPeerAuth: /metrics names every tenant's traffic,
-// so on a control listener it needs a peer certificate (401 without);
-// /health and /ready stay open for probes and say nothing about tenants.
+// so on a control listener it needs a peer certificate (401 without), on
+// decode's the router's; /health and /ready stay open for probes and say
+// nothing about tenants.
 func TestControlMetricsNeedPeerAuth(t *testing.T) {
 	p := startPair(t, setup{})
 	toks, last, pr := p.run(encode("Once upon a time"), 4, peerapi.Sampling{})
@@ -197,9 +198,17 @@ func TestControlMetricsNeedPeerAuth(t *testing.T) {
 				t.Errorf("GET %s%s without a certificate: %d %q; want 200 %q", base, path, code, body, want)
 			}
 		}
-		// Any role of the deployment may scrape (the router's, here).
+		// The router's certificate may scrape.
 		if code, body := call(t, p.client, "GET", base+"/metrics", nil); code != 200 || !strings.Contains(body, "bulkhead_kv_pages") {
 			t.Errorf("GET %s/metrics with a peer certificate: %d %.100q", base, code, body)
 		}
+	}
+	// Not a prefill's, on decode: its metrics count the frames the KV
+	// listener refused as another prefill's (kv_wrong_sender_total), which
+	// would tell a rogue prefill what the wire does not: that an id it
+	// holds is reserved for another.
+	asPrefill := p.auths[peerauth.RolePrefill].HTTPClient(peerauth.RoleDecode)
+	if code, body := call(t, asPrefill, "GET", p.decURL+"/metrics", nil); code != http.StatusForbidden || strings.Contains(body, "wrong_sender") {
+		t.Errorf("GET decode's /metrics with a prefill's certificate: %d %.100q; want 403", code, body)
 	}
 }

@@ -32,10 +32,13 @@ func (p *pair) prefillIdentity() transfer.Identity {
 // TestOnlyTheChosenPrefillOpensTheTransfer: a second prefill server of the
 // deployment (its own prefill-role certificate from the same CA) that
 // learnt a transfer's id cannot take over or fail the reservation the
-// router made for another prefill: its OPEN (every field right) and its
-// COMMIT are answered with ABORT transfer_wrong_sender naming both
-// prefills by key prefix, its ABORT with nothing, each refusal is
-// counted, the reservation stays live and unopened, and the chosen
+// router made for another prefill, nor tell it from an id decode never
+// reserved: its OPEN (every field right) and its COMMIT are answered on
+// its connection with exactly the ABORT the same frame gets under an
+// unknown id (transfer_unknown_id, the same words, naming no prefill),
+// its ABORT with nothing, and the connection stays open in both cases.
+// Decode alone counts each refusal and logs both prefills (wrong
+// prefill); the reservation stays live and unopened, and the chosen
 // prefill then transfers the KV and decode generates exactly what the
 // model alone does.
 func TestOnlyTheChosenPrefillOpensTheTransfer(t *testing.T) {
@@ -44,7 +47,6 @@ func TestOnlyTheChosenPrefillOpensTheTransfer(t *testing.T) {
 	prompt, want, id, g := p.reserveSolo(chosen, "Lily and Tom went to the park. They saw a big dog", maxTokens)
 
 	nc, c := p.kvAs(rogue)
-	rogueID := rogue.Identity()
 	open := p.openFrame(id, prompt)
 	for _, f := range []*transfer.Frame{
 		{Type: transfer.TypeAbort, ID: id, Code: "rogue", Reason: "a rogue's abort"},
@@ -59,10 +61,15 @@ func TestOnlyTheChosenPrefillOpensTheTransfer(t *testing.T) {
 		}
 		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 		got, err := c.Read()
-		if err != nil || got.Type != transfer.TypeAbort || got.ID != id || got.Code != transfer.CodeSender ||
-			!strings.Contains(got.Reason, chosen.Short()) || !strings.Contains(got.Reason, transfer.Identity(rogueID).Short()) {
-			t.Fatalf("after the rogue's %v decode sent %+v (%v); want ABORT %s naming prefill %s (expected) and %s (presented)",
-				f.Type, got, err, transfer.CodeSender, chosen.Short(), transfer.Identity(rogueID).Short())
+		if err != nil || got.Type != transfer.TypeAbort || got.ID != id {
+			t.Fatalf("after the rogue's %v decode sent %+v (%v); want an ABORT", f.Type, got, err)
+		}
+		unknown := *f
+		unknown.ID = transfer.NewID()
+		want := sendRead(t, nc, c, &unknown)
+		if got.Kind != want.Kind || got.Code != want.Code || got.Reason != want.Reason || got.Code != transfer.CodeUnknownID {
+			t.Fatalf("the rogue's %v was answered %v %q %q; under an unknown id %v %q %q: a prefill can tell another's reservation from no reservation",
+				f.Type, got.Kind, got.Code, got.Reason, want.Kind, want.Code, want.Reason)
 		}
 	}
 	if n := p.dec.Info().Load.Transfers; n != 1 {
@@ -83,7 +90,8 @@ func TestOnlyTheChosenPrefillOpensTheTransfer(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("output after the rogue's attempt differs from solo:\n got %v\nwant %v", got, want)
 	}
-	if l := log.String(); !strings.Contains(l, "wrong prefill") || !strings.Contains(l, chosen.Short()) {
+	if l := log.String(); !strings.Contains(l, "wrong prefill") || !strings.Contains(l, chosen.Short()) ||
+		!strings.Contains(l, transfer.Identity(rogue.Identity()).Short()) {
 		t.Errorf("decode's log does not name the refused sender and the expected one:\n%s", l)
 	}
 	c.Close()

@@ -92,7 +92,7 @@ type Server struct {
 	live      atomic.Int64 // table.Live(), for Info and metrics
 
 	mu     sync.Mutex
-	active map[transfer.ID]context.CancelFunc // generate requests in progress
+	active map[transfer.ID]activeRequest // generate requests in progress
 
 	slots *tenantSlots // max_concurrent_requests, counted from reservation
 }
@@ -128,7 +128,7 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 		Model: m, Metrics: metrics.New(), cfg: cfg, log: log, opts: opts, auth: auth, limits: lim,
 		layers: m.Config.Layers, start: time.Now(),
 		table: transfer.NewTable(transfer.TableConfig{}), res: map[transfer.ID]*reservation{}, conns: map[uint64]*kvConn{},
-		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]context.CancelFunc{},
+		cmds: make(chan func(), 256), loopDone: make(chan struct{}), active: map[transfer.ID]activeRequest{},
 		slots: newTenantSlots(cfg.Tenants),
 	}
 	s.kvAddr.Store("")
@@ -217,7 +217,7 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 	cancelReserved := func() {
 		s.call(func() {
 			for id := range s.res {
-				s.step(transfer.Cancel{ID: id, Reason: errkind.New(errkind.Unavailable, "shutting_down", "the decode server is shutting down")})
+				s.step(transfer.Cancel{ID: id, Reason: errkind.New(errkind.Unavailable, "shutting_down", "the decode server is shutting down"), Local: true})
 			}
 		})
 	}
@@ -264,10 +264,13 @@ func (s *Server) Run(ctx context.Context, controlLn, kvLn net.Listener) error {
 // cancel, info), which only the router calls, behind peer authentication
 // as the router, so that a prefill server's certificate cannot reserve,
 // generate or cancel for any tenant; /metrics behind peer authentication
-// of any role (it names every tenant's traffic; an operator's scraper
-// without a peer certificate uses metrics_listen); and /health and /ready
-// without it, for load-balancer probes (they say "ok", "ready" or "not
-// ready" and nothing else).
+// as the router too (an operator's scraper without the router's
+// certificate uses metrics_listen): it names every tenant's traffic, and
+// counts what the KV listener refused (kv_wrong_sender_total), which a
+// prefill must not be able to watch, since the wire tells it nothing of
+// whose reservation it claimed; and /health and /ready without it, for
+// load-balancer probes (they say "ok", "ready" or "not ready" and nothing
+// else).
 func (s *Server) Handler() http.Handler {
 	peer := http.NewServeMux()
 	peer.HandleFunc("GET "+peerapi.PathInfo, s.handleInfo)
@@ -284,7 +287,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.Handle("GET /metrics", s.auth.HTTPHandler(s.Metrics.Handler(), peerauth.Roles()...))
+	mux.Handle("GET /metrics", s.auth.HTTPHandler(s.Metrics.Handler(), peerauth.RoleRouter))
 	return mux
 }
 
@@ -315,23 +318,49 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, peerapi.CancelResult{Known: false})
 		return
 	}
+	// Only the router that made a reservation may cancel it; another
+	// router hears Known false, as for an id decode holds nothing for, and
+	// changes nothing (the Table leaves the reservation; the request's
+	// context is not touched).
+	router := routerIdentity(r)
 	known := false
 	s.call(func() {
-		known = s.table.Receiver(id) != nil
-		s.step(transfer.Cancel{ID: id, Reason: errCancelled})
+		if rc := s.table.Receiver(id); rc != nil && rc.Router() == router {
+			known = true
+		}
+		s.step(transfer.Cancel{ID: id, Reason: errCancelled, Router: router})
 	})
 	s.mu.Lock()
-	if cancel, ok := s.active[id]; ok {
+	if a, ok := s.active[id]; ok && a.router == router {
 		known = true
-		cancel()
+		a.cancel()
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, peerapi.CancelResult{Known: known})
 }
 
+// activeRequest is a generate request in progress: how to cancel it, and
+// the router that made it, the only one that may.
+type activeRequest struct {
+	cancel context.CancelFunc
+	router transfer.Identity
+}
+
+// routerIdentity is who sent control request r: the SHA-256 of its
+// certificate's public key (peerauth.KeyIdentity), as transfer.Identity
+// names prefills. Each router certificate is its own router; under psk
+// every key holder is the same one. Zero without a certificate, which
+// HTTPHandler never lets through.
+func routerIdentity(r *http.Request) transfer.Identity {
+	id, _ := peerauth.KeyIdentity(r.TLS)
+	return id
+}
+
 // handleExpect names another prefill for a reservation nothing has
 // opened yet (peerapi.ExpectRequest): 200 once the Table took it, 409 with
-// the reason when it did not (opened already, or not live here).
+// the reason when it did not (opened already, or not live here). Only the
+// router that made the reservation may rename it; to any other it is not
+// live here (the same 409 as for an id decode never reserved).
 func (s *Server) handleExpect(w http.ResponseWriter, r *http.Request) {
 	var req peerapi.ExpectRequest
 	if err := readJSON(w, r, s.cfg.MaxBodyBytes, &req); err != nil {
@@ -354,7 +383,8 @@ func (s *Server) handleExpect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err = errkind.New(errkind.Overload, "shutting_down", "the decode server is shutting down")
-	s.call(func() { err = s.table.Expect(id, sender) })
+	router := routerIdentity(r)
+	s.call(func() { err = s.table.Expect(id, router, sender) })
 	if err != nil {
 		writeJSON(w, http.StatusConflict, map[string]any{"error": peerapi.FromError(err)})
 		return

@@ -20,7 +20,7 @@ const (
 	CodeProtocol  = "transfer_protocol"        // BadInput: a message out of order or out of range
 	CodeUnknownID = "transfer_unknown_id"      // BadInput: no reservation with this id
 	CodeReplayed  = "transfer_replayed_id"     // BadInput: id already used
-	CodeSender    = "transfer_wrong_sender"    // BadInput: a frame from a prefill the reservation does not name
+	CodeSender    = "transfer_wrong_sender"    // decode's logs only: a frame from a prefill the reservation does not name (the wire says CodeUnknownID)
 	CodeTooLong   = "context_length_exceeded"  // BadInput: over the sender's token limit
 	CodeWrite     = "transfer_write_failed"    // Internal: the KV pool refused a write
 )

@@ -56,11 +56,23 @@ type PeerLost struct {
 	Err  error
 }
 
-// Cancel is a local, explicit cancel (the router's CANCEL, or the client
-// going away). It is acknowledged with CancelDone.
+// Cancel is an explicit cancel (the router's CANCEL, or the client going
+// away). It is acknowledged with CancelDone.
+//
+// On a Table, a router's cancel acts only on the reservations that router
+// made: Router must be the identity of the router that asked
+// (Reservation.Router; what its connection presented), and a reservation
+// made by another router is left as it is and acknowledged like an id
+// held for nothing. Local marks decode's own cancels (shutting down, a
+// KV connection that broke the protocol, the generate request that made
+// the reservation ending), which act on any reservation. The zero value
+// is the safe one: a router with no identity, which owns only the
+// reservations made without one. A Sender ignores both fields.
 type Cancel struct {
 	ID     ID
 	Reason *errkind.Error // nil: a plain "transfer cancelled"
+	Router Identity
+	Local  bool
 }
 
 // WriteDone confirms a WriteKV action: the edge copied (or failed to copy)
@@ -165,9 +177,12 @@ type CancelDone struct {
 
 // SenderRefused says a frame for transfer ID came from connection Peer,
 // which presented another identity than the reservation's sender: the
-// Table changed nothing and answered (unless the frame was an ABORT) with
-// an ABORT of code CodeSender. The edge counts and logs it; it is what a
-// prefill that learnt another transfer's id looks like from decode.
+// Table changed nothing and answered the connection exactly as for an id
+// it never reserved (CodeUnknownID, for an OPEN, DATA or COMMIT), so that
+// the sender learns nothing of another prefill's reservation. The edge
+// counts and logs it (CodeSender names it there); it is what a prefill
+// that learnt another transfer's id looks like from decode. It never
+// goes on the wire.
 type SenderRefused struct {
 	ID                  ID
 	Peer                uint64

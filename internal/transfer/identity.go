@@ -2,8 +2,6 @@ package transfer
 
 import (
 	"encoding/hex"
-
-	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 )
 
 // Identity names a prefill server the way decode can check it on a KV
@@ -23,6 +21,10 @@ import (
 // The zero Identity names no one: a reservation without one takes its
 // OPEN from any prefill connection (a router that predates the binding),
 // and only such a reservation takes frames from a connection without one.
+//
+// A router is named the same way (Reservation.Router): only the router
+// whose certificate key made a reservation may rename its sender or
+// cancel it.
 type Identity [32]byte
 
 // IsZero reports whether i names no one.
@@ -50,15 +52,15 @@ func ParseIdentity(s string) (Identity, error) {
 }
 
 // refuseSender answers a frame for transfer id that came from a connection
-// whose identity is not the reservation's sender: the frame changes
-// nothing, the sender hears why in an ABORT (never in answer to its own
-// ABORT, as everywhere), and the edge is told (SenderRefused) so that it
-// can count and log the attempt.
+// whose identity is not the reservation's sender. The frame changes
+// nothing, and the connection hears exactly what it would for an id
+// decode never reserved (unknownID: same code, same message, nothing for
+// an ABORT): a prefill must learn nothing about reservations that are not
+// its own, not even that the id is live, or for which prefill. The edge
+// alone is told who was expected and who presented itself
+// (SenderRefused), so that it can count and log the attempt for the
+// operator.
 func refuseSender(out []Action, id ID, peer uint64, expected, presented Identity, f *Frame) []Action {
-	if f.Type != TypeAbort {
-		err := errf(errkind.BadInput, CodeSender, "transfer is reserved for prefill %s; this connection presented %s",
-			expected.Short(), presented.Short())
-		out = append(out, SendFrame{Peer: peer, Frame: abortFrame(id, err)})
-	}
+	out = unknownID(out, id, peer, f.Type)
 	return append(out, SenderRefused{ID: id, Peer: peer, Type: f.Type, Expected: expected, Presented: presented})
 }

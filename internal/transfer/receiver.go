@@ -26,6 +26,13 @@ type Reservation struct {
 	// connection that presents it (FrameIn.From) may open the transfer or
 	// send it anything. Zero: any prefill connection may (Identity).
 	Sender Identity
+	// Router is the router that made the reservation (the identity its
+	// connection presented, as Identity names prefills): only it may
+	// rename the sender (Table.Expect) or cancel the transfer (Cancel);
+	// any other router is answered as if the id were unknown. A router
+	// back with a new certificate is another router: its old reservations
+	// end by their Deadline. Zero: a router without an identity.
+	Router Identity
 }
 
 type recvState uint8
@@ -104,6 +111,9 @@ func (r *Receiver) Accepts(from Identity) bool {
 
 // Sender is the prefill the reservation names (zero: any).
 func (r *Receiver) Sender() Identity { return r.res.Sender }
+
+// Router is the router that made the reservation (Reservation.Router).
+func (r *Receiver) Router() Identity { return r.res.Router }
 
 // Ready reports whether the transfer verified.
 func (r *Receiver) Ready() bool { return r.state == rReady }

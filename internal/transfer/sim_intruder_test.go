@@ -1,7 +1,13 @@
 package transfer
 
 // The intruder scenario's hostile peers: a rogue prefill that learnt a
-// transfer id, and other connections that send for an opened transfer.
+// transfer id, a rogue router (another router certificate) that learnt it
+// too, and other connections that send for an opened transfer.
+
+import (
+	"fmt"
+	"reflect"
+)
 
 // intrude has another authenticated connection, one that learnt x's id,
 // send frames for it once prefill's connection opened it: a rival OPEN
@@ -45,8 +51,12 @@ func (w *world) intrude(x *simXfer) {
 // reservation in every field, a DATA frame of the right shape, a COMMIT,
 // an ABORT and a CANCEL, in random order. Without the sender check its OPEN
 // would bind the transfer to it, and its ABORT or early DATA or COMMIT
-// would fail it; with it, the rogue hears only ABORTs, and the chosen
-// prefill then completes the transfer (mustSucceed).
+// would fail it; with it, the rogue hears only what it would for an id
+// never reserved, and the chosen prefill then completes the transfer
+// (mustSucceed). Among its frames, a rogue router tries to hand the
+// reservation to the rogue prefill (Expect) and to cancel it by frame:
+// refused as for an unknown id, or the rogue's OPEN that follows would
+// take the transfer.
 func (w *world) intrudeEarly(x *simXfer) {
 	peer := uint64(800 + x.idx)
 	cells := w.layers
@@ -57,8 +67,13 @@ func (w *world) intrudeEarly(x *simXfer) {
 		{Type: TypeAbort, ID: x.id, Code: "rogue"},
 		{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "rogue"},
 	}
+	hostile = append(hostile, nil) // the rogue router's turn
 	w.rng.Shuffle(len(hostile), func(i, j int) { hostile[i], hostile[j] = hostile[j], hostile[i] })
 	for _, f := range hostile {
+		if f == nil {
+			w.rogueRouter(x)
+			continue
+		}
 		if f.Type == TypeData && len(f.Payload) > w.maxFrame-64 {
 			continue // one token of every layer does not fit this frame size
 		}
@@ -74,11 +89,50 @@ func (w *world) intrudeEarly(x *simXfer) {
 	}
 }
 
+// simNeverReserved is a transfer id the simulation never reserves: what a
+// connection hears for it is what it hears for an unknown id.
+var simNeverReserved = ID{0xff, 'n', 'e', 'v', 'e', 'r'}
+
+// rogueRouter is another router certificate that learnt x's id: it names
+// the rogue prefill as x's sender (Expect) and sends a CANCEL frame. Each
+// must be answered exactly as for an id decode never reserved (the same
+// error; a bare CANCELLED) and change nothing.
+func (w *world) rogueRouter(x *simXfer) {
+	const peer = 2 // a router's connection, not routerPeer
+	w.logf("x%d rogue router -> expect, cancel", x.idx)
+	if err, unknown := w.table.Expect(x.id, simRogueRouter, simRogue), w.table.Expect(simNeverReserved, simRogueRouter, simRogue); fmt.Sprint(err) != fmt.Sprint(unknown) {
+		w.violate("x%d: a rogue router's Expect answered %v; for an unknown id %v", x.idx, err, unknown)
+	}
+	acts := w.table.Step(FrameIn{Peer: peer, From: simRogueRouter, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "rogue router"}})
+	if len(acts) != 1 {
+		w.violate("x%d: a rogue router's CANCEL caused %+v; want only CANCELLED", x.idx, acts)
+	} else if sf, ok := acts[0].(SendFrame); !ok || sf.Peer != peer || sf.Frame.Type != TypeCancelled {
+		w.violate("x%d: a rogue router's CANCEL caused %T %+v; want only CANCELLED", x.idx, acts[0], acts[0])
+	}
+}
+
+// heardAsUnknown is what connection peer, presenting from, hears for f
+// under simNeverReserved (nothing changes: f is not the router's CANCEL).
+func (w *world) heardAsUnknown(peer uint64, from Identity, f *Frame) []Frame {
+	g := *f
+	g.ID = simNeverReserved
+	return heard(w.table.Step(FrameIn{Peer: peer, From: from, Frame: &g}), peer)
+}
+
 // intruderStep feeds one intruder frame to decode: the only actions it
 // may cause are an ABORT to the intruder (never for its own ABORT) and,
-// for a rogue prefill's, SenderRefused for the edge to count.
+// for a rogue prefill's, SenderRefused for the edge to count; and a rogue
+// prefill hears exactly what it would for an id never reserved.
 func (w *world) intruderStep(x *simXfer, peer uint64, from Identity, f *Frame) {
-	for _, a := range w.table.Step(FrameIn{Peer: peer, From: from, Frame: f}) {
+	var want []Frame
+	if from == simRogue {
+		want = w.heardAsUnknown(peer, from, f)
+	}
+	acts := w.table.Step(FrameIn{Peer: peer, From: from, Frame: f})
+	if got := heard(acts, peer); from == simRogue && !reflect.DeepEqual(got, want) {
+		w.violate("x%d: a rogue prefill's %v heard %+v; for an unknown id it hears %+v", x.idx, f.Type, got, want)
+	}
+	for _, a := range acts {
 		switch a := a.(type) {
 		case SendFrame:
 			if a.Peer == peer && a.Frame.Type == TypeAbort && f.Type != TypeAbort {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -214,7 +215,7 @@ func (w *world) setup(x *simXfer) {
 	case scDecodeAbort, scSlowWrites:
 		if w.sc == scDecodeAbort || w.rng.IntN(2) == 0 {
 			w.at(start+time.Duration(w.rng.IntN(80))*time.Millisecond, func() {
-				w.dActs(w.table.Step(Cancel{ID: x.id}))
+				w.dActs(w.table.Step(Cancel{ID: x.id, Local: true}))
 			})
 		}
 	}
@@ -250,7 +251,7 @@ func (w *world) reserve(x *simXfer) {
 	}
 	x.dSeq, x.writes, x.issued = seq, make([]int, x.n*w.layers), make([]int, x.n*w.layers)
 	res := Reservation{ID: x.id, Tenant: x.tenant, Tokens: x.n, MaxNew: x.maxNew, Layers: w.layers, KVDim: w.kvdim,
-		Deadline: w.now + w.lease, Window: w.window, MaxFrameBytes: w.maxFrame, Sender: simPrefill}
+		Deadline: w.now + w.lease, Window: w.window, MaxFrameBytes: w.maxFrame, Sender: simPrefill, Router: simRouter}
 	if err := w.table.Reserve(res); err != nil {
 		w.violate("x%d reserve: %v", x.idx, err)
 		return
@@ -322,7 +323,7 @@ func (w *world) clientGone(x *simXfer) {
 		// The RESERVE is still on its way: the router's CANCEL overtakes
 		// it and is acknowledged first (reserve checks the RESERVE is
 		// then refused).
-		for _, a := range w.table.Step(FrameIn{Peer: routerPeer, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled}}) {
+		for _, a := range w.table.Step(FrameIn{Peer: routerPeer, From: simRouter, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled}}) {
 			if sf, ok := a.(SendFrame); !ok || sf.Frame.Type != TypeCancelled {
 				w.violate("x%d: cancel of a RESERVE not yet arrived caused %T", x.idx, a)
 			}
@@ -381,7 +382,15 @@ func (w *world) replay() {
 				if err != nil {
 					continue
 				}
-				for _, a := range w.table.Step(FrameIn{Peer: c.peer, From: c.from, Frame: f}) {
+				var want []Frame
+				if c.from == simRogue {
+					want = w.heardAsUnknown(c.peer, c.from, f)
+				}
+				acts := w.table.Step(FrameIn{Peer: c.peer, From: c.from, Frame: f})
+				if got := heard(acts, c.peer); c.from == simRogue && !reflect.DeepEqual(got, want) {
+					w.violate("x%d replayed %v frame from a rogue prefill heard %+v; for an unknown id %+v", x.idx, f.Type, got, want)
+				}
+				for _, a := range acts {
 					switch a := a.(type) {
 					case SendFrame:
 					case SenderRefused:

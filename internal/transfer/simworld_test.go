@@ -20,13 +20,16 @@ import (
 
 const routerPeer = 1
 
-// The identities the simulated KV connections present: the one prefill
-// process's, which every reservation names as its sender, and a rogue
+// The identities the simulated connections present: the one prefill
+// process's, which every reservation names as its sender, a rogue
 // prefill's (another holder of a prefill certificate) that learnt the
-// transfer ids (scIntruder).
+// transfer ids (scIntruder), the router's, which makes every reservation,
+// and a rogue router's (another router certificate) that learnt them too.
 var (
-	simPrefill = Identity{0x50, 0x52, 0x45}
-	simRogue   = Identity{0x52, 0x4f, 0x47}
+	simPrefill     = Identity{0x50, 0x52, 0x45}
+	simRogue       = Identity{0x52, 0x4f, 0x47}
+	simRouter      = Identity{0x52, 0x54, 0x52}
+	simRogueRouter = Identity{0x52, 0x52, 0x52}
 )
 
 type simEv struct {
@@ -498,7 +501,7 @@ func (w *world) sendCancel(x *simXfer) {
 			epoch := w.dEpoch
 			w.at(w.lat(), func() {
 				if epoch == w.dEpoch {
-					w.dActs(w.table.Step(FrameIn{Peer: routerPeer, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "router cancel"}}))
+					w.dActs(w.table.Step(FrameIn{Peer: routerPeer, From: simRouter, Router: true, Frame: &Frame{Type: TypeCancel, ID: x.id, Code: CodeCancelled, Reason: "router cancel"}}))
 				}
 			})
 		}

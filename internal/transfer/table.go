@@ -30,6 +30,7 @@ type finished struct {
 	ready  bool
 	peer   uint64
 	sender Identity // the reservation's; zero: any connection
+	router Identity // the reservation's (Reservation.Router)
 	err    *errkind.Error
 }
 
@@ -67,15 +68,16 @@ var ErrReplayed = errors.New("transfer id already used")
 
 // Check says whether id may be reserved: it fails for the zero id and for
 // an id live or recently finished here. Call it before allocating pages.
+// Both refusals read the same: a router that reserves an id another
+// router holds learns that the id is taken (it must), not whether that
+// transfer is still running.
 func (t *Table) Check(id ID) error {
 	if id.IsZero() {
 		return errf(errkind.BadInput, CodeProtocol, "zero transfer id")
 	}
-	if _, ok := t.live[id]; ok {
-		return errkind.Wrap(errkind.BadInput, CodeReplayed, ErrReplayed, "kv transfer: transfer id is already reserved")
-	}
-	if _, ok := t.done[id]; ok {
-		return errkind.Wrap(errkind.BadInput, CodeReplayed, ErrReplayed, "kv transfer: transfer id was already used")
+	_, live := t.live[id]
+	if _, done := t.done[id]; live || done {
+		return errkind.Wrap(errkind.BadInput, CodeReplayed, ErrReplayed, "kv transfer: transfer id is in use or was used recently")
 	}
 	return nil
 }
@@ -98,17 +100,21 @@ func (t *Table) Reserve(res Reservation) error {
 // place of the one the reservation named: the router moves a prefill leg
 // that provably never started (its server could not be reached, or
 // refused the prompt before computing anything) to another prefill
-// server under the same reservation. It fails once a stream opened the
-// transfer, since a sender that already began may not be replaced, and
-// for an id that is not live here. It also fails for the zero Identity:
-// that names no one, and would make the reservation a bearer key again,
-// open to any prefill that learnt the id.
-func (t *Table) Expect(id ID, sender Identity) error {
+// server under the same reservation. router is who asks: only the router
+// that made the reservation (Reservation.Router) may move it, and any
+// other gets exactly the refusal of an id that is not live here, so that
+// a second router's certificate can neither redirect another router's
+// transfers nor learn which of them exist. It fails once a stream opened
+// the transfer, since a sender that already began may not be replaced,
+// and for an id that is not live here. It also fails for the zero
+// Identity: that names no one, and would make the reservation a bearer
+// key again, open to any prefill that learnt the id.
+func (t *Table) Expect(id ID, router, sender Identity) error {
 	if sender.IsZero() {
 		return errf(errkind.BadInput, CodeProtocol, "a reservation can be moved only to a named prefill, not to any")
 	}
 	r := t.live[id]
-	if r == nil {
+	if r == nil || r.res.Router != router {
 		return errf(errkind.BadInput, CodeUnknownID, "decode holds no live reservation for this transfer")
 	}
 	if !r.Unopened() {
@@ -155,10 +161,19 @@ func (t *Table) Step(ev Event) []Action {
 			out = t.stepOne(out, fe.ID, e)
 		}
 	case Cancel:
-		if _, ok := t.live[e.ID]; ok {
+		if r, ok := t.live[e.ID]; ok {
+			if !e.Local && r.res.Router != e.Router {
+				// Another router's reservation: left as it is, and
+				// acknowledged as an id held for nothing is, except
+				// that nothing is remembered (the id is live).
+				return append(out, CancelDone{ID: e.ID})
+			}
 			return t.stepOne(out, e.ID, e)
 		}
 		fin := t.done[e.ID]
+		if fin != nil && !e.Local && fin.router != e.Router {
+			return append(out, CancelDone{ID: e.ID}) // nor whether it verified
+		}
 		if fin == nil && !e.ID.IsZero() {
 			// A cancel that overtook its RESERVE: remember the id as
 			// failed, so that the RESERVE is refused when it comes
@@ -185,8 +200,9 @@ func (t *Table) frame(out []Action, e FrameIn) []Action {
 				errf(errkind.BadInput, CodeProtocol, "only the router may cancel a transfer"))})
 		}
 		// The router's cancel, acknowledged on its own connection whatever
-		// the transfer's state.
-		for _, a := range t.Step(Cancel{ID: f.ID, Reason: fromFrame(f, "the router")}) {
+		// the transfer's state (and whoever's it is: Cancel acts only on
+		// the reservations of the router the connection presents).
+		for _, a := range t.Step(Cancel{ID: f.ID, Reason: fromFrame(f, "the router"), Router: e.From}) {
 			if _, ok := a.(CancelDone); !ok {
 				out = append(out, a)
 			}
@@ -215,13 +231,26 @@ func (t *Table) frame(out []Action, e FrameIn) []Action {
 		}
 		return append(out, SendFrame{Peer: e.Peer, Frame: abortFrame(f.ID, fin.err)})
 	}
-	switch f.Type {
+	// Not reserved here (or forgotten, or this server restarted): refuse.
+	return unknownID(out, f.ID, e.Peer, f.Type)
+}
+
+// errUnknownID is the refusal of a frame for an id decode holds no
+// reservation for, and (refuseSender) of one for a reservation that names
+// another prefill: the two must read the same.
+func errUnknownID() *errkind.Error {
+	return errf(errkind.BadInput, CodeUnknownID, "decode holds no reservation for this transfer")
+}
+
+// unknownID answers a frame of type typ for an id the connection may know
+// nothing about: an ABORT for an OPEN, DATA or COMMIT, and nothing for
+// any other type (never answer an ABORT, ACK or reply with another).
+func unknownID(out []Action, id ID, peer uint64, typ Type) []Action {
+	switch typ {
 	case TypeOpen, TypeData, TypeCommit:
-		// Not reserved here (or forgotten, or this server restarted): refuse.
-		return append(out, SendFrame{Peer: e.Peer, Frame: abortFrame(f.ID,
-			errf(errkind.BadInput, CodeUnknownID, "decode holds no reservation for this transfer"))})
+		return append(out, SendFrame{Peer: peer, Frame: abortFrame(id, errUnknownID())})
 	}
-	return out // never answer an ABORT, ACK or reply with another
+	return out
 }
 
 // stepOne steps id's receiver, if live, and retires it once it is Ready or
@@ -235,7 +264,7 @@ func (t *Table) stepOne(out []Action, id ID, ev Event) []Action {
 	if r.state == rReady || (r.state == rFailed && r.released) {
 		delete(t.live, id)
 		t.order = slices.DeleteFunc(t.order, func(x ID) bool { return x == id })
-		t.remember(&finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, sender: r.res.Sender, err: r.err})
+		t.remember(&finished{id: id, at: t.now, ready: r.state == rReady, peer: r.peer, sender: r.res.Sender, router: r.res.Router, err: r.err})
 	}
 	return out
 }
