@@ -71,19 +71,38 @@ type chatRequest struct {
 	TopLogprobs       *int            `json:"top_logprobs"`
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
-	ResponseFormat    json.RawMessage `json:"response_format"`
+	ResponseFormat    *responseFormat `json:"response_format"`
 	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 }
 
 type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+	Role    string         `json:"role"`
+	Content messageContent `json:"content"`
+	Name    string         `json:"name"`
 }
 
+// contentPart is one part of a message's content. Only text parts are
+// supported; the other kinds' fields are named so that such a part is
+// refused for its type, not for an unknown field.
 type contentPart struct {
-	Type string `json:"type"`
-	Text string `json:"text"`
+	Type       string          `json:"type"`
+	Text       string          `json:"text"`
+	ImageURL   json.RawMessage `json:"image_url"`
+	InputAudio json.RawMessage `json:"input_audio"`
+	File       json.RawMessage `json:"file"`
+}
+
+// responseFormat is OpenAI's response_format. Only type "text" is
+// supported; json_schema is described so that its unknown fields are
+// named by path. The schema itself is the client's and is not read.
+type responseFormat struct {
+	Type       string `json:"type"`
+	JSONSchema *struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Schema      json.RawMessage `json:"schema"`
+		Strict      *bool           `json:"strict"`
+	} `json:"json_schema"`
 }
 
 // genParams are validated generation settings.
@@ -95,20 +114,32 @@ type genParams struct {
 	includeUsage bool
 }
 
-// decodeBody reads one JSON object into v, strictly: unknown fields, wrong
-// types, trailing data and oversized bodies are BadInput errors that name
-// the field.
+// decodeBody reads one JSON object into v, strictly: unknown fields
+// (including known names in another case, which encoding/json alone would
+// accept), wrong types, trailing data and oversized bodies are BadInput
+// errors that name the field by its full path where they can.
 func decodeBody(body io.Reader, v any) *errkind.Error {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	data, err := io.ReadAll(body)
+	if err != nil {
 		return jsonError(err)
 	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields() // the field check below is stricter still
+	derr := dec.Decode(v)
+	var syn *json.SyntaxError
+	if derr != nil && (errors.As(derr, &syn) || errors.Is(derr, io.EOF) || errors.Is(derr, io.ErrUnexpectedEOF)) {
+		return jsonError(derr)
+	}
+	// The decoder has read and checked the whole value, even if a field
+	// had the wrong type, so data up to its offset is valid JSON, as the
+	// field check needs. An unknown field is reported before a type error.
+	if err := checkFields(data[:dec.InputOffset()], shapeFor(v)); err != nil {
+		return err
+	}
+	if derr != nil {
+		return jsonError(derr)
+	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return jsonError(err)
-		}
 		return badInput("", "invalid_json", "the request body has data after its JSON object")
 	}
 	return nil
@@ -331,7 +362,7 @@ func parseMessages(msgs []chatMessage) ([]chat.Message, *errkind.Error) {
 		default:
 			return nil, badInput(fmt.Sprintf("messages[%d].role", i), "unsupported_value", "messages[%d].role is %q; supported roles are system, developer, user and assistant", i, m.Role)
 		}
-		text, err := contentText(m.Content, i)
+		text, err := contentText(json.RawMessage(m.Content), i)
 		if err != nil {
 			return nil, err
 		}
@@ -394,7 +425,7 @@ func (c *chatRequest) unsupported() *errkind.Error {
 		return badInput("tools", "unsupported_value", "tools are not supported")
 	case !isNullish(c.ToolChoice) && string(bytes.TrimSpace(c.ToolChoice)) != `"none"`:
 		return badInput("tool_choice", "unsupported_value", "tool_choice is not supported")
-	case !isNullish(c.ResponseFormat) && !isTextFormat(c.ResponseFormat):
+	case c.ResponseFormat != nil && c.ResponseFormat.Type != "text":
 		return badInput("response_format", "unsupported_value", "response_format must be {\"type\": \"text\"}")
 	}
 	return nil
@@ -403,11 +434,4 @@ func (c *chatRequest) unsupported() *errkind.Error {
 func isNullish(raw json.RawMessage) bool {
 	s := string(bytes.TrimSpace(raw))
 	return s == "" || s == "null" || s == "[]"
-}
-
-func isTextFormat(raw json.RawMessage) bool {
-	var f struct {
-		Type string `json:"type"`
-	}
-	return json.Unmarshal(raw, &f) == nil && f.Type == "text"
 }

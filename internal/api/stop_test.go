@@ -101,10 +101,21 @@ func FuzzCompletionRequest(f *testing.F) {
 	// More seeds are in testdata/fuzz/FuzzCompletionRequest.
 	f.Add([]byte(`{"model":"stories260K","prompt":"x","stop":["a"],"max_tokens":3}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// The chat decoder walks more nesting (messages, content parts,
+		// response_format): every rejection names what it refuses.
+		var chatReq chatRequest
+		if err := decodeBody(strings.NewReader(string(body)), &chatReq); err != nil {
+			if status, _ := statusOf(err); status != 400 || err.Message == "" || (err.Code == "unknown_parameter" && err.Param == "") {
+				t.Fatalf("chat decode error %d %q param %q", status, err.Message, err.Param)
+			}
+		} else {
+			_ = chatReq.unsupported()
+			_, _ = parseMessages(chatReq.Messages)
+		}
 		var req completionRequest
 		if err := decodeBody(strings.NewReader(string(body)), &req); err != nil {
-			if status, _ := statusOf(err); status != 400 || err.Message == "" {
-				t.Fatalf("decode error %d %q", status, err.Message)
+			if status, _ := statusOf(err); status != 400 || err.Message == "" || (err.Code == "unknown_parameter" && err.Param == "") {
+				t.Fatalf("decode error %d %q param %q", status, err.Message, err.Param)
 			}
 			return
 		}

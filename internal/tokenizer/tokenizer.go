@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ type Spec struct {
 	Model  string    // "llama" (SentencePiece BPE with byte fallback) or "gpt2" (byte-level BPE)
 	Pre    string    // gpt2 pre-tokenizer: "llama-bpe" (Llama 3), "qwen2", "default"/"gpt2"; unknown names are an error
 	Tokens []string  // piece text by id
-	Scores []float32 // llama: merge scores by id, higher merges first; may be nil for gpt2
+	Scores []float32 // llama: merge scores by id, higher merges first, never NaN; may be nil for gpt2
 	Types  []int32   // GGUF token types by id; nil means all normal (llama: "<0xNN>" pieces are bytes)
 	Merges []string  // gpt2: "a b" in rank order
 
@@ -133,6 +134,15 @@ func New(s Spec) (*Tokenizer, error) {
 	case ModelLlama:
 		if s.Scores == nil {
 			return nil, fmt.Errorf("tokenizer: llama vocabulary has no scores")
+		}
+		// Scores decide the merge order, and NaN compares false with
+		// everything, so one NaN makes the order depend on the heap's
+		// history. ±Inf still order (real files use -1000 or 0 where
+		// they mean "merge late"), so only NaN is refused.
+		for i, v := range s.Scores {
+			if math.IsNaN(float64(v)) {
+				return nil, fmt.Errorf("tokenizer: llama token %d %q has score NaN; merge order needs every score to be a number", i, s.Tokens[i])
+			}
 		}
 		err = t.initLlama()
 	case ModelGPT2:
