@@ -29,9 +29,10 @@ type faultAddr interface {
 // file, so the fault is the only notice it gets. A system call handed
 // bytes of the mapping that are gone (a write straight from it) fails
 // with EFAULT instead of faulting; f's error is then ErrChanged too when
-// the file at path is now shorter than the mapping, or gone. (Path, not
-// the mapped file: a full-size file renamed over a cut-short one hides
-// the cut, and the EFAULT stays a plain write error.)
+// the mapped file is now shorter than the mapping. That is asked of the
+// mapped file itself (Open keeps its descriptor), not of path, which a
+// full-size file renamed over the cut-short one would answer for; only a
+// mapping that is not from Open falls back to the file at path.
 //
 // Only f's own goroutine is guarded (SetPanicOnFault is per goroutine),
 // not goroutines f starts. A fault outside mapped is a bug, not a file
@@ -51,7 +52,12 @@ func Guard(path string, mapped []byte, f func() error) (err error) {
 	}()
 	err = f()
 	if isBadAddress(err) {
-		if fi, serr := os.Stat(path); serr != nil || fi.Size() < int64(len(mapped)) {
+		short, known := shrunk(mapped)
+		if !known {
+			fi, serr := os.Stat(path)
+			short = serr != nil || fi.Size() < int64(len(mapped))
+		}
+		if short {
 			err = fmt.Errorf("%w: %v", ErrChanged, err)
 		}
 	}

@@ -98,3 +98,46 @@ func TestGuardPassesOtherPanicsThrough(t *testing.T) {
 		}
 	}
 }
+
+// The EFAULT check asks the file that is mapped, not whatever file now
+// has its name: a full-size file renamed over the cut-short input (as a
+// download or a build step replacing the model would) must not hide the
+// cut and leave the write error plain.
+func TestGuardSeesTheMappedFileNotThePath(t *testing.T) {
+	if !Mapped {
+		t.Skip("files are read, not mapped, on this platform")
+	}
+	path, data := mapTruncated(t, "m.bin")
+	page := os.Getpagesize()
+	fresh := filepath.Join(filepath.Dir(path), "fresh.bin")
+	if err := os.WriteFile(fresh, make([]byte, 4*page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(fresh, path); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	err = Guard(path, data, func() error { _, err := out.Write(data[2*page:]); return err })
+	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "shrank") {
+		t.Fatalf("a write from the lost pages, with a full-size file renamed over the input: %v; want ErrChanged", err)
+	}
+	// The same file, intact: an EFAULT that is not the file's doing (a
+	// buffer that was never mapped) stays a plain error.
+	path2 := filepath.Join(t.TempDir(), "ok.bin")
+	if err := os.WriteFile(path2, make([]byte, 4*page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	intact, unmap, err := Open(path2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	efault := &os.PathError{Op: "write", Path: "out", Err: efaultErr()}
+	if err := Guard(path2, intact, func() error { return efault }); errors.Is(err, ErrChanged) || err != efault {
+		t.Fatalf("an EFAULT with the mapped file intact: %v; want it as it was", err)
+	}
+}
