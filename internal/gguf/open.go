@@ -11,17 +11,17 @@ import (
 // truncated or rewritten while it is open: the mapping would then fault on
 // access, which no check here can prevent.
 func Open(path string) (*File, error) {
-	data, unmap, err := mmapfile.Open(path)
+	m, err := mmapfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s%w", prefix(path), err)
 	}
-	f, err := parse(path, data)
+	f, err := parse(path, m.Bytes())
 	if err != nil {
-		if uerr := unmap(); uerr != nil {
+		if uerr := m.Close(); uerr != nil {
 			return nil, fmt.Errorf("%w (and unmap: %v)", err, uerr)
 		}
 		return nil, err
 	}
-	f.unmap, f.mapped = unmap, data
+	f.mapping = m
 	return f, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sort"
 
+	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
@@ -56,14 +57,13 @@ type File struct {
 
 	kvIndex     map[string]int
 	tensorIndex map[string]int
-	unmap       func() error
-	mapped      []byte // what Open mapped; nil for Parse
+	mapping     *mmapfile.Map // what Open mapped; nil for Parse
 }
 
 // Mapping returns the bytes Open mapped, which the tensors' Data alias;
 // nil for a File from Parse. A caller that recovers memory faults tells
 // by it whether one was in this file (mmapfile.Fault).
-func (f *File) Mapping() []byte { return f.mapped }
+func (f *File) Mapping() []byte { return f.mapping.Bytes() }
 
 // FormatError reports bytes that are not a valid GGUF file.
 type FormatError struct {
@@ -93,15 +93,15 @@ func Parse(data []byte) (*File, error) {
 // empty tensors rather than faults. Close is a no-op for Parse results and
 // safe to call twice.
 func (f *File) Close() error {
-	if f.unmap == nil {
+	if f.mapping == nil {
 		return nil
 	}
-	unmap := f.unmap
-	f.unmap, f.mapped = nil, nil
+	m := f.mapping
+	f.mapping = nil
 	for i := range f.Tensors {
 		f.Tensors[i].Data = nil
 	}
-	if err := unmap(); err != nil {
+	if err := m.Close(); err != nil {
 		return fmt.Errorf("%sunmap: %w", prefix(f.Path), err)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/bulkhead-llm/bulkhead/internal/mmapfile"
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
@@ -40,10 +41,9 @@ type Checkpoint struct {
 	// the classifier is not shared.
 	Tensors []tensor.Tensor
 
-	spans  [][2]int     // each tensor's byte range in the file, for Evict
-	mapped []byte       // the file's mapping, when Open made one
-	unmap  func() error // releases mapped
-	path   string       // the mapped file, for Guard's errors
+	spans   [][2]int      // each tensor's byte range in the file, for Evict
+	mapping *mmapfile.Map // the file's mapping, when Open made one
+	path    string        // the mapped file, for Guard's errors
 }
 
 // Parse validates data as a llama2.c checkpoint and returns views of its

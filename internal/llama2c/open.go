@@ -18,18 +18,18 @@ import (
 // would then fault on access, which no check here can prevent. On
 // platforms without mmap the file is read into memory instead.
 func Open(path string) (*Checkpoint, error) {
-	data, unmap, err := mmapfile.Open(path)
+	m, err := mmapfile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("llama2c %s: %w", path, err)
 	}
-	c, err := Parse(path, data)
+	c, err := Parse(path, m.Bytes())
 	if err != nil {
-		if uerr := unmap(); uerr != nil {
+		if uerr := m.Close(); uerr != nil {
 			return nil, fmt.Errorf("%w (and unmap: %v)", err, uerr)
 		}
 		return nil, err
 	}
-	c.mapped, c.unmap, c.path = data, unmap, path
+	c.mapping, c.path = m, path
 	return c, nil
 }
 
@@ -39,7 +39,7 @@ func Open(path string) (*Checkpoint, error) {
 // the process die of SIGBUS. It guards only the calling goroutine; for a
 // checkpoint from Parse it just calls f.
 func (c *Checkpoint) Guard(f func() error) error {
-	err := mmapfile.Guard(c.path, c.mapped, f)
+	err := c.mapping.Guard(f)
 	if errors.Is(err, mmapfile.ErrChanged) {
 		return fmt.Errorf("llama2c %s: %w", c.path, err)
 	}
@@ -48,17 +48,14 @@ func (c *Checkpoint) Guard(f func() error) error {
 
 // Mapping returns the bytes Open mapped, which the tensors' Data alias;
 // nil for a checkpoint from Parse (see gguf.File.Mapping).
-func (c *Checkpoint) Mapping() []byte { return c.mapped }
+func (c *Checkpoint) Mapping() []byte { return c.mapping.Bytes() }
 
 // Close unmaps a checkpoint from Open; for one from Parse it does nothing.
 // Closing twice is harmless.
 func (c *Checkpoint) Close() error {
-	unmap := c.unmap
-	c.mapped, c.unmap = nil, nil
-	if unmap == nil {
-		return nil
-	}
-	return unmap()
+	m := c.mapping
+	c.mapping = nil
+	return m.Close()
 }
 
 // Evict tells the kernel that tensor i of a checkpoint from Open will not
@@ -70,8 +67,8 @@ func (c *Checkpoint) Close() error {
 // them again reads them back. For a checkpoint from Parse, or where the
 // platform cannot be told, it does nothing.
 func (c *Checkpoint) Evict(i int) {
-	if c.mapped == nil || i < 0 || i >= len(c.spans) {
+	if i < 0 || i >= len(c.spans) {
 		return
 	}
-	mmapfile.Drop(c.mapped, c.spans[i][0], c.spans[i][1])
+	c.mapping.Drop(c.spans[i][0], c.spans[i][1])
 }

@@ -3,8 +3,6 @@ package mmapfile
 import (
 	"errors"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"unsafe"
 )
 
@@ -19,49 +17,6 @@ var ErrChanged = errors.New("the file shrank, was rewritten, or could not be rea
 type faultAddr interface {
 	error
 	Addr() uintptr
-}
-
-// Guard runs f on the calling goroutine and turns a memory fault inside
-// mapped (the mapping of path from Open) into an error wrapping
-// ErrChanged, where the process would otherwise die of SIGBUS with a
-// runtime stack dump. A mapping keeps the length the file had when it was
-// mapped; a reader cannot check that each access is still backed by the
-// file, so the fault is the only notice it gets. A system call handed
-// bytes of the mapping that are gone (a write straight from it) fails
-// with EFAULT instead of faulting; f's error is then ErrChanged too when
-// the mapped file is now shorter than the mapping. That is asked of the
-// mapped file itself (Open keeps its descriptor), not of path, which a
-// full-size file renamed over the cut-short one would answer for; only a
-// mapping that is not from Open falls back to the file at path.
-//
-// Only f's own goroutine is guarded (SetPanicOnFault is per goroutine),
-// not goroutines f starts. A fault outside mapped is a bug, not a file
-// that changed: it and every other panic pass through. With no mapping
-// (a file read whole, or nil) Guard only calls f.
-func Guard(path string, mapped []byte, f func() error) (err error) {
-	if len(mapped) == 0 {
-		return f()
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			if err = Fault(r, mapped); err == nil {
-				panic(r)
-			}
-		}
-	}()
-	err = f()
-	if isBadAddress(err) {
-		short, known := shrunk(mapped)
-		if !known {
-			fi, serr := os.Stat(path)
-			short = serr != nil || fi.Size() < int64(len(mapped))
-		}
-		if short {
-			err = fmt.Errorf("%w: %v", ErrChanged, err)
-		}
-	}
-	return err
 }
 
 // Fault returns an error wrapping ErrChanged when r, a recovered panic

@@ -13,22 +13,22 @@ import (
 // mapTruncated maps a file of four pages, then cuts it to one, as another
 // process rewriting a model in place would: pages 1 to 3 of the mapping
 // are no longer backed.
-func mapTruncated(t *testing.T, name string) (path string, data []byte) {
+func mapTruncated(t *testing.T, name string) (path string, m *Map, data []byte) {
 	t.Helper()
 	page := os.Getpagesize()
 	path = filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, make([]byte, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, unmap, err := Open(path)
+	m, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unmap() })
+	t.Cleanup(func() { m.Close() })
 	if err := os.Truncate(path, int64(page)); err != nil {
 		t.Fatal(err)
 	}
-	return path, data
+	return path, m, m.Bytes()
 }
 
 // A read past a truncated file's new end is an error that says the file
@@ -38,10 +38,10 @@ func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
 	if !Mapped {
 		t.Skip("files are read, not mapped, on this platform")
 	}
-	path, data := mapTruncated(t, "m.bin")
+	_, m, data := mapTruncated(t, "m.bin")
 	page := os.Getpagesize()
 	var sink byte
-	err := Guard(path, data, func() error {
+	err := m.Guard(func() error {
 		sink += data[0]
 		sink += data[3*page+5] // faults
 		return nil
@@ -54,11 +54,11 @@ func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
 	if debug.SetPanicOnFault(false) {
 		t.Fatal("SetPanicOnFault was left on after a guarded fault")
 	}
-	if err := Guard(path, data, func() error { sink += data[page-1]; return nil }); err != nil {
+	if err := m.Guard(func() error { sink += data[page-1]; return nil }); err != nil {
 		t.Fatalf("a read inside the file: %v", err)
 	}
 	own := errors.New("the converter's own")
-	if err := Guard(path, data, func() error { return own }); err != own {
+	if err := m.Guard(func() error { return own }); err != own {
 		t.Fatalf("f's error came back as %v", err)
 	}
 	// A write straight from the lost pages fails in the kernel (EFAULT)
@@ -68,7 +68,7 @@ func TestGuardTurnsAFaultIntoAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	err = Guard(path, data, func() error { _, err := out.Write(data[2*page:]); return err })
+	err = m.Guard(func() error { _, err := out.Write(data[2*page:]); return err })
 	if !errors.Is(err, ErrChanged) {
 		t.Fatalf("a write from the lost pages: %v; want ErrChanged", err)
 	}
@@ -80,8 +80,8 @@ func TestGuardPassesOtherPanicsThrough(t *testing.T) {
 	if !Mapped {
 		t.Skip("files are read, not mapped, on this platform")
 	}
-	path, guarded := mapTruncated(t, "a.bin")
-	_, other := mapTruncated(t, "b.bin")
+	_, guarded, _ := mapTruncated(t, "a.bin")
+	_, _, other := mapTruncated(t, "b.bin")
 	page := os.Getpagesize()
 	var sink byte
 	for name, f := range map[string]func() error{
@@ -90,7 +90,7 @@ func TestGuardPassesOtherPanicsThrough(t *testing.T) {
 	} {
 		r := func() (r any) {
 			defer func() { r = recover() }()
-			Guard(path, guarded, f)
+			guarded.Guard(f)
 			return nil
 		}()
 		if r == nil {
@@ -107,7 +107,7 @@ func TestGuardSeesTheMappedFileNotThePath(t *testing.T) {
 	if !Mapped {
 		t.Skip("files are read, not mapped, on this platform")
 	}
-	path, data := mapTruncated(t, "m.bin")
+	path, m, data := mapTruncated(t, "m.bin")
 	page := os.Getpagesize()
 	fresh := filepath.Join(filepath.Dir(path), "fresh.bin")
 	if err := os.WriteFile(fresh, make([]byte, 4*page), 0o644); err != nil {
@@ -121,7 +121,7 @@ func TestGuardSeesTheMappedFileNotThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	err = Guard(path, data, func() error { _, err := out.Write(data[2*page:]); return err })
+	err = m.Guard(func() error { _, err := out.Write(data[2*page:]); return err })
 	if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), "shrank") {
 		t.Fatalf("a write from the lost pages, with a full-size file renamed over the input: %v; want ErrChanged", err)
 	}
@@ -131,13 +131,13 @@ func TestGuardSeesTheMappedFileNotThePath(t *testing.T) {
 	if err := os.WriteFile(path2, make([]byte, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	intact, unmap, err := Open(path2)
+	intact, err := Open(path2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unmap()
+	defer intact.Close()
 	efault := &os.PathError{Op: "write", Path: "out", Err: efaultErr()}
-	if err := Guard(path2, intact, func() error { return efault }); errors.Is(err, ErrChanged) || err != efault {
+	if err := intact.Guard(func() error { return efault }); errors.Is(err, ErrChanged) || err != efault {
 		t.Fatalf("an EFAULT with the mapped file intact: %v; want it as it was", err)
 	}
 }

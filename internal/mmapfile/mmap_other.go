@@ -9,19 +9,18 @@ const Mapped = false
 
 // Open reads the whole file on platforms without mmap. It costs memory
 // equal to the file size, but keeps every reader working everywhere.
-func Open(path string) ([]byte, func() error, error) {
+func Open(path string) (*Map, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, withoutPath(err)
+		return nil, withoutPath(err)
 	}
-	return data, func() error { return nil }, nil
+	return &Map{data: data}, nil
 }
 
+func unmap([]byte) error { return nil }
+
 // Drop does nothing: the file is in the heap, not mapped.
-func Drop([]byte, int, int) {}
+func (m *Map) Drop(lo, hi int) {}
 
 // isBadAddress is false: files are read, not mapped, here.
 func isBadAddress(error) bool { return false }
-
-// shrunk knows nothing: files are read, not mapped, here.
-func shrunk([]byte) (short, known bool) { return false, false }

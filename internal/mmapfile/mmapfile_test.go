@@ -18,32 +18,35 @@ func TestOpen(t *testing.T) {
 	if err := os.WriteFile(path, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, unmap, err := Open(path)
-	if err != nil || !bytes.Equal(data, want) {
-		t.Fatalf("Open: %d bytes, %v", len(data), err)
+	m, err := Open(path)
+	if err != nil || !bytes.Equal(m.Bytes(), want) {
+		t.Fatalf("Open: %d bytes, %v", len(m.Bytes()), err)
 	}
-	Drop(data, 0, len(data)) // a hint: the bytes read back the same
-	if !bytes.Equal(data, want) {
+	m.Drop(0, len(want)) // a hint: the bytes read back the same
+	if !bytes.Equal(m.Bytes(), want) {
 		t.Fatal("the data changed after Drop")
 	}
-	if err := unmap(); err != nil {
+	if err := m.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil || m.Bytes() != nil {
+		t.Fatalf("a second Close: %v, %d bytes left", err, len(m.Bytes()))
 	}
 
 	empty := filepath.Join(dir, "empty.bin")
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if data, unmap, err := Open(empty); err != nil || len(data) != 0 || unmap() != nil {
-		t.Fatalf("empty file: %d bytes, %v", len(data), err)
+	if m, err := Open(empty); err != nil || len(m.Bytes()) != 0 || m.Close() != nil {
+		t.Fatalf("empty file: %v", err)
 	}
 
-	_, _, err = Open(filepath.Join(dir, "missing.bin"))
+	_, err = Open(filepath.Join(dir, "missing.bin"))
 	if err == nil || strings.Contains(err.Error(), "missing.bin") {
 		t.Fatalf("missing file: %v; want an error that leaves the path to the caller", err)
 	}
 	if Mapped {
-		if _, _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Fatalf("a directory: %v", err)
 		}
 	}
