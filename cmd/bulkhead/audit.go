@@ -98,7 +98,7 @@ func (f *tenantKeyFlags) set(v string) error {
 // report. Exit status: 0 when no check failed, 1 when one did or the audit
 // could not run, 2 for a usage error.
 func runAudit(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("audit", stderr)
+	fs := newFlags("audit")
 	var keys tenantKeyFlags
 	target := fs.String("target", "", "base URL of the endpoint, like http://127.0.0.1:8080 (required)")
 	fs.Var(&keys, "key", "a tenant as NAME=APIKEY, or NAME=env:VARIABLE to read the key from the environment; at least two")
@@ -113,7 +113,7 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := keys.check(); err != nil {
-		return usageError{err}
+		return usageError{err: err}
 	}
 	if *target == "" {
 		return usagef("--target is required, like --target http://127.0.0.1:8080")
@@ -121,15 +121,24 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 	if len(keys.names) < 2 {
 		return usagef("an audit needs at least two tenants, got %d: pass --key NAME=APIKEY once per tenant", len(keys.names))
 	}
+	if len(keys.names) > audit.MaxTenants {
+		return usagef("--key is given for %d tenants; an audit takes at most %d", len(keys.names), audit.MaxTenants)
+	}
 	base, err := loadgen.CheckTarget(*target, true)
 	if err != nil {
 		return usagef("--target: %v", err)
 	}
-	if *concurrency < 1 || *concurrency > loadgen.MaxConcurrency {
-		return usagef("--concurrency %d: want 1 to %d", *concurrency, loadgen.MaxConcurrency)
+	if err := checkRange("rounds", *rounds, 1, audit.MaxRounds); err != nil {
+		return err
+	}
+	if err := checkRange("concurrency", *concurrency, 1, loadgen.MaxConcurrency); err != nil {
+		return err
+	}
+	if err := checkRange("context-len", *contextLen, 0, audit.MaxOverLength-1); err != nil {
+		return usagef("%v (0: the length GET /v1/models reports)", err)
 	}
 	if *timeout <= 0 {
-		return usagef("--timeout %v: want a positive duration", *timeout)
+		return usagef("--timeout must be a positive duration, got %v", *timeout)
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
@@ -142,7 +151,9 @@ func runAudit(args []string, stdout, stderr io.Writer) error {
 		check.Model = "any"
 	}
 	if _, err := audit.NewPlan(check); err != nil {
-		return usageError{err}
+		// The counts are checked above, so what is left is a tenant's
+		// name.
+		return usagef("--key: %v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

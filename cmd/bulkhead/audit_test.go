@@ -153,7 +153,7 @@ func TestAudit(t *testing.T) {
 			{[]string{"--key", "a=sk-key-of-a", "--key", "b=sk-key-of-b"}, "--target is required"},
 			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "a=sk-key-of-b"}, `tenant "a" is given twice`},
 			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "b c=sk-key-of-b"}, `tenant name "b c"`},
-			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "b=sk-key-of-b", "--rounds", "0"}, "0 rounds"},
+			{[]string{"--target", p.base, "--key", "a=sk-key-of-a", "--key", "b=sk-key-of-b", "--rounds", "0"}, "--rounds must be 1 to 1000, got 0"},
 		} {
 			var stdout, stderr strings.Builder
 			if code := run(append([]string{"audit"}, c.args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {

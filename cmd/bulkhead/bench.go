@@ -3,9 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -21,9 +22,11 @@ func init() {
 	register("bench", "measure: 'bench model' (a model file's prefill and decode speed), 'bench load' (an OpenAI-compatible endpoint under load)", runBench)
 }
 
+const benchUsage = "usage: bulkhead bench model [flags]   a model file's prefill and decode speed\n       bulkhead bench load [flags]    an OpenAI-compatible endpoint under load\nRun 'bulkhead bench model -h' or 'bulkhead bench load -h' for their flags.\n"
+
 func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("which benchmark? 'bench model' or 'bench load'")
+		return usageError{err: errors.New("which benchmark? 'bench model' or 'bench load'"), usage: benchUsage}
 	}
 	switch args[0] {
 	case "model":
@@ -31,10 +34,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	case "load":
 		return runBenchLoad(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprintln(stderr, "usage: bulkhead bench model [flags]   a model file's prefill and decode speed\n       bulkhead bench load [flags]    an OpenAI-compatible endpoint under load\nRun 'bulkhead bench model -h' or 'bulkhead bench load -h' for their flags.")
-		return flag.ErrHelp
+		return helpRequest{text: benchUsage}
 	default:
-		return usagef("unknown benchmark %q (known: model, load)", args[0])
+		return usageError{err: fmt.Errorf("unknown benchmark %q (known: model, load)", args[0]), usage: benchUsage}
 	}
 }
 
@@ -87,7 +89,7 @@ type modelBench struct {
 }
 
 func runBenchModel(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench model", stderr)
+	fs := newFlags("bench model")
 	var mf modelFlags
 	mf.register(fs)
 	promptN := fs.Int("prompt-tokens", 256, "prompt length for the prefill measurement")
@@ -98,8 +100,13 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *promptN < 1 || *genN < 1 || *reps < 1 {
-		return usagef("--prompt-tokens, --gen-tokens and --reps must be positive")
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"prompt-tokens", *promptN}, {"gen-tokens", *genN}, {"reps", *reps}} {
+		if err := checkRange(f.name, f.v, 1, math.MaxInt); err != nil {
+			return err
+		}
 	}
 	kvt, err := mf.kvType()
 	if err != nil {

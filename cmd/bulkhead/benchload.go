@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -21,7 +22,7 @@ import (
 // OpenAI-compatible endpoint. The work is in package loadgen; this file
 // turns flags into a loadgen.Config and the report into text or JSON.
 func runBenchLoad(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench load", stderr)
+	fs := newFlags("bench load")
 	target := fs.String("target", "", "base URL of the server, like http://127.0.0.1:8080 (required)")
 	apiKey := fs.String("api-key", "", "bearer token to send (default: $OPENAI_API_KEY)")
 	modelName := fs.String("model", "", "model to request (default: the first one GET /v1/models lists)")
@@ -49,11 +50,32 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		}
 		return usagef("--target: %v", err)
 	}
+	// The ranges loadgen.Run checks too, here named by their flags.
+	if err := checkRange("requests", *requests, 1, loadgen.MaxRequests); err != nil {
+		return err
+	}
+	if err := checkRange("warmup", *warmup, 0, loadgen.MaxRequests); err != nil {
+		return err
+	}
+	if *prompt == "" {
+		if err := checkRange("prompt-tokens", *promptTokens, 1, loadgen.MaxPromptTokens); err != nil {
+			return err
+		}
+	}
+	if err := checkRange("max-tokens", *maxTokens, 1, loadgen.MaxCompletionTokens); err != nil {
+		return err
+	}
+	if !(*temperature >= 0 && *temperature <= math.MaxFloat64) { // NaN and +Inf too: no JSON form
+		return usagef("--temperature must be a finite number, 0 or more, got %v", *temperature)
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout must be a positive duration, got %v", *timeout)
+	}
 	levels, err := parseLevels(*concList)
 	if err != nil {
 		return usagef("--concurrency %q: %v", *concList, err)
 	}
-	if top := slices.Max(levels); *requests > 0 && *requests < top {
+	if top := slices.Max(levels); *requests < top {
 		// Such a level never has more than --requests in flight: its
 		// figures would be labelled with a concurrency it never reached.
 		return usagef("--requests %d is below --concurrency %d: that level could never have %d requests in flight; send at least as many requests as the highest level", *requests, top, top)
@@ -100,7 +122,7 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		out.summary(rep, levels, *requests)
 	}
 	if errors.Is(runErr, loadgen.ErrConfig) {
-		return usageError{runErr} // a flag's value, refused before anything was sent
+		return usageError{err: runErr} // a flag's value, refused before anything was sent
 	}
 	if runErr != nil {
 		return runErr

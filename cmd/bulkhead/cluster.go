@@ -34,7 +34,7 @@ func init() {
 var (
 	prefillAnnounce = regexp.MustCompile(`^bulkhead: prefill control on (\S+)`)
 	decodeAnnounce  = regexp.MustCompile(`^bulkhead: decode control on (\S+) kv on (\S+)`)
-	metricsAnnounce = regexp.MustCompile(`^bulkhead: metrics on (\S+)`) // startMetrics', before the above
+	metricsAnnounce = regexp.MustCompile(`^bulkhead: metrics on (\S+)`) // serveMetrics', before the above
 )
 
 // clusterStartWait bounds how long a child may take to announce itself.
@@ -56,7 +56,7 @@ type child struct {
 }
 
 func runCluster(args []string, stdout, stderr io.Writer) (err error) {
-	fs := newFlags("cluster", stderr)
+	fs := newFlags("cluster")
 	cfgPath := fs.String("config", "", "YAML configuration file: model, tenants, limits, kv (default: the embedded model, no auth); its peers section is replaced")
 	listen := fs.String("listen", "", "the router's listen address, overriding the config (default 127.0.0.1:8080)")
 	metricsListen := fs.String("metrics-listen", "", "the router's "+metricsListenUsage)
@@ -72,6 +72,10 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	if err := checkDrain(*drain); err != nil {
 		return err
 	}
+	lf := listenFlags{cfgPath: *cfgPath, listen: *listen, metrics: *metricsListen}
+	if err := lf.check(); err != nil {
+		return err
+	}
 	// Checked here, not first by each child: a child's refusal would come
 	// after the CA and the other children, as "exited before announcing".
 	for _, f := range []struct{ name, spec string }{{"--faults-prefill", *faultsPrefill}, {"--faults-decode", *faultsDecode}} {
@@ -82,8 +86,11 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	if _, _, err := net.SplitHostPort(*childMetrics); err == nil || strings.ContainsAny(*childMetrics, "[]") {
 		return usagef("--children-metrics %q: give a bare host, like 127.0.0.1; each child picks a port of its own", *childMetrics)
 	}
-	if *nPrefill < 1 || *nPrefill > 32 || *nDecode < 1 || *nDecode > 32 {
-		return usagef("--prefill and --decode must be 1 to 32 (have %d and %d)", *nPrefill, *nDecode)
+	if err := checkRange("prefill", *nPrefill, 1, 32); err != nil {
+		return err
+	}
+	if err := checkRange("decode", *nDecode, 1, 32); err != nil {
+		return err
 	}
 	cfg, err := loadConfig(*cfgPath, "")
 	if err != nil {
@@ -95,6 +102,13 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 	if *metricsListen != "" {
 		cfg.MetricsListen = *metricsListen
 	}
+	// The router's addresses, bound before any child starts: a taken
+	// port fails in a moment, not after every child has loaded.
+	ln, mln, err := lf.bind(cfg, netListen)
+	if err != nil {
+		return err
+	}
+	defer closeListeners(ln, mln)
 	log := newLogger(cfg.LogLevel, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -211,7 +225,7 @@ func runCluster(args []string, stdout, stderr io.Writer) (err error) {
 			}
 		}()
 	}
-	err = serveRouter(rctx, cfg, *drain, stdout, log)
+	err = serveRouter(rctx, cfg, *drain, ln, mln, stdout, log)
 	rstop()
 	once.Do(func() {}) // no death reported after this point
 	if died != nil {

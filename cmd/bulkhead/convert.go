@@ -28,7 +28,7 @@ func init() {
 }
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", stderr)
+	fs := newFlags("convert")
 	checkpoint := fs.String("checkpoint", "", "llama2.c checkpoint to convert (default: the embedded stories260K)")
 	tokPath := fs.String("tokenizer", "", "llama2.c tokenizer file for --checkpoint")
 	random := fs.String("random", "", "write a random-weight model of this shape instead: "+convert.ShapeNames())
@@ -63,10 +63,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		return usagef("--checkpoint needs --tokenizer")
 	}
 	if err := checkInputFile("--checkpoint", *checkpoint, 0); err != nil {
-		return usageError{err}
+		return usageError{err: err}
 	}
 	if err := checkInputFile("--tokenizer", *tokPath, maxTokenizerBytes); err != nil {
-		return usageError{err}
+		return usageError{err: err}
 	}
 	for _, in := range []string{*checkpoint, *tokPath} {
 		if sameFile(in, *out) {
@@ -79,10 +79,10 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	var err error
 	if !mixQ4KM && !mixQ5KM && !mixQ3KM {
 		if dt, err = tensor.ParseDType(*typ); err != nil {
-			return usageError{err}
+			return usagef("--type: %v", err)
 		}
 		if !slices.Contains(convert.Types(), dt) {
-			return usagef("cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m)", dt)
+			return usagef("--type: cannot write %s weights (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, q3_k_m, q4_k_m, q5_k_m)", dt)
 		}
 	}
 	var m *convert.Model
@@ -93,7 +93,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	case *random != "":
 		shape, ok := convert.Shapes[*random]
 		if !ok {
-			return usagef("unknown shape %q (known: %s)", *random, convert.ShapeNames())
+			return usagef("--random: unknown shape %q (known: %s)", *random, convert.ShapeNames())
 		}
 		// Streamed: the 1.1B shape is 4.4 GB of float32 weights, drawn
 		// one tensor at a time as the file is written.

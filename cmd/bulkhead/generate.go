@@ -15,7 +15,7 @@ import (
 func init() {
 	register("generate", "print a completion of --prompt (one-shot, no server)", runGenerate)
 	register("license", "print the licence notice of the embedded default model", func(args []string, stdout, stderr io.Writer) error {
-		if err := parse(newFlags("license", stderr), args); err != nil {
+		if err := parse(newFlags("license"), args); err != nil {
 			return err
 		}
 		fmt.Fprint(stdout, embeddedLicense())
@@ -49,10 +49,10 @@ func (m *modelFlags) check() error {
 		return usagef("--threads %d: want 0 (one per GOMAXPROCS) or more", m.threads)
 	}
 	if err := checkInputFile("--model", m.model, 0); err != nil {
-		return usageError{err}
+		return usageError{err: err}
 	}
 	if err := checkInputFile("--tokenizer", m.tokenizer, maxTokenizerBytes); err != nil {
-		return usageError{err}
+		return usageError{err: err}
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func (m *modelFlags) kvType() (model.KVType, error) {
 }
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("generate", stderr)
+	fs := newFlags("generate")
 	var mf modelFlags
 	mf.register(fs)
 	prompt := fs.String("prompt", "", "text to complete (required)")
@@ -110,15 +110,25 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if *prompt == "" {
 		return usagef("--prompt is required")
 	}
-	if *maxTokens < 1 {
-		return usagef("--max-tokens must be at least 1, got %d", *maxTokens)
+	if err := checkRange("max-tokens", *maxTokens, 1, math.MaxInt); err != nil {
+		return err
+	}
+	// Checked here, not only by params.Validate, whose errors name the
+	// API's fields (top_k), not the flags.
+	switch {
+	case !(*temperature >= 0 && *temperature <= 100): // NaN too
+		return usagef("--temperature must be 0 to 100, got %v", *temperature)
+	case *topK < 0:
+		return usagef("--top-k must be at least 0 (0: all tokens), got %d", *topK)
+	case !(*topP >= 0 && *topP <= 1):
+		return usagef("--top-p must be 0 to 1, got %v", *topP)
 	}
 	params := sample.Params{Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), Seed: *seed}
 	if *temperature > math.MaxFloat32 {
 		params.Temperature = float32(math.Inf(1))
 	}
 	if err := params.Validate(); err != nil {
-		return usageError{err}
+		return usageError{err: err}
 	}
 	kvt, err := mf.kvType()
 	if err != nil {

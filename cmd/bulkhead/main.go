@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -30,13 +31,27 @@ func register(name, summary string, run func(args []string, stdout, stderr io.Wr
 }
 
 // usageError marks an error caused by how the command was invoked; it exits
-// with status 2, like the flag package.
-type usageError struct{ err error }
+// with status 2, like the flag package. usage, when set, is the command's
+// flag list, printed on stderr after the error (for a flag the parser
+// refused).
+type usageError struct {
+	err   error
+	usage string
+}
 
 func (u usageError) Error() string { return u.err.Error() }
 func (u usageError) Unwrap() error { return u.err }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+func usagef(format string, args ...any) error {
+	return usageError{err: fmt.Errorf(format, args...)}
+}
+
+// helpRequest is the answer to -h, -help or --help: the usage text, for
+// stdout, and exit status 0. It matches flag.ErrHelp.
+type helpRequest struct{ text string }
+
+func (h helpRequest) Error() string        { return flag.ErrHelp.Error() }
+func (h helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -47,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		args = []string{"serve"}
 	}
 	name := args[0]
-	if name == "-h" || name == "--help" || name == "help" {
+	if name == "-h" || name == "-help" || name == "--help" || name == "help" {
 		printUsage(stdout)
 		return 0
 	}
@@ -58,14 +73,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := cmd.run(args[1:], stdout, stderr)
-	var stopped interrupted
+	var (
+		stopped interrupted
+		help    helpRequest
+		usage   usageError
+	)
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &help):
+		// Asked for: stdout, like the top-level help, so that it pipes
+		// into a pager.
+		fmt.Fprint(stdout, help.text)
+		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.As(err, new(usageError)):
+	case errors.As(err, &usage):
 		fmt.Fprintf(stderr, "bulkhead %s: %v\n", name, err)
+		fmt.Fprint(stderr, usage.usage)
 		return 2
 	case errors.As(err, &stopped):
 		// 128 + the signal, as a shell reports a command a signal ended:
@@ -95,22 +120,49 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'bulkhead <command> -h' for a command's flags.")
 }
 
-// newFlags returns a FlagSet that reports errors instead of exiting, so
-// that run can map them to exit codes.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+// newFlags returns a FlagSet that reports errors instead of exiting or
+// printing, so that run prints each once, on the right stream, and maps
+// it to an exit code.
+func newFlags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("bulkhead "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	return fs
 }
 
+// flagUsage is fs's usage text: its name and every flag with its help.
+func flagUsage(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: %s [flags]\n", fs.Name())
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	return b.String()
+}
+
+// checkRange refuses flag --name's value v outside lo..hi as a usage error
+// that names the flag, the range and the value.
+func checkRange(name string, v, lo, hi int) error {
+	switch {
+	case v >= lo && v <= hi:
+		return nil
+	case hi == math.MaxInt:
+		return usagef("--%s must be at least %d, got %d", name, lo, v)
+	default:
+		return usagef("--%s must be %d to %d, got %d", name, lo, hi, v)
+	}
+}
+
 // parse parses flags and refuses stray positional arguments, which are
-// almost always a mistyped flag.
+// almost always a mistyped flag. -h is a helpRequest; a flag the parser
+// refuses is a usageError carrying the flag list.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return helpRequest{text: flagUsage(fs)}
 		}
-		return usageError{err}
+		return usageError{err: err, usage: flagUsage(fs)}
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (flags go before it, as -name value)", strings.Join(fs.Args(), " "))

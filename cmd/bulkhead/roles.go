@@ -54,7 +54,7 @@ func roleSetup(cfgPath, faults, listen, metricsListen string) (*config.Config, *
 }
 
 func runPrefill(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("prefill", stderr)
+	fs := newFlags("prefill")
 	cfgPath := fs.String("config", "", "YAML configuration file; its peers section must set up peer authentication")
 	listen := fs.String("listen", "", "control API listen address (default: the config's listen)")
 	metricsListen := fs.String("metrics-listen", "", roleMetricsUsage)
@@ -66,24 +66,25 @@ func runPrefill(args []string, stdout, stderr io.Writer) error {
 	if err := checkDrain(*drain); err != nil {
 		return err
 	}
+	lf := listenFlags{cfgPath: *cfgPath, listen: *listen, metrics: *metricsListen}
+	if err := lf.check(); err != nil {
+		return err
+	}
 	cfg, auth, spec, err := roleSetup(*cfgPath, *faults, *listen, *metricsListen)
 	if err != nil {
 		return err
 	}
+	ln, mln, err := lf.bind(cfg, func(a string) (net.Listener, error) { return auth.ListenHTTP("tcp", a) })
+	if err != nil {
+		return err
+	}
+	defer closeListeners(ln, mln)
 	log := newLogger(cfg.LogLevel, stderr)
 	srv, err := prefillsrv.New(cfg, log, prefillsrv.Options{Auth: auth, Faults: spec, Drain: *drain})
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := startMetrics(cfg, srv.Metrics, stdout, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	ln, err := auth.ListenHTTP("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
+	defer serveMetrics(mln, srv.Metrics, stdout, log)()
 	if spec != (transfer.FaultSpec{}) {
 		log.Warn("fault injection is on", "faults", spec.String())
 	}
@@ -94,7 +95,7 @@ func runPrefill(args []string, stdout, stderr io.Writer) error {
 }
 
 func runDecode(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("decode", stderr)
+	fs := newFlags("decode")
 	cfgPath := fs.String("config", "", "YAML configuration file; its peers section must set up peer authentication")
 	listen := fs.String("listen", "", "control API listen address (default: the config's listen)")
 	metricsListen := fs.String("metrics-listen", "", roleMetricsUsage)
@@ -108,31 +109,35 @@ func runDecode(args []string, stdout, stderr io.Writer) error {
 	if err := checkDrain(*drain); err != nil {
 		return err
 	}
+	lf := listenFlags{cfgPath: *cfgPath, listen: *listen, metrics: *metricsListen}
+	if err := lf.check(); err != nil {
+		return err
+	}
+	if err := checkListenFlag("--kv-listen", *kvListen); err != nil {
+		return err
+	}
 	cfg, auth, spec, err := roleSetup(*cfgPath, *faults, *listen, *metricsListen)
 	if err != nil {
 		return err
 	}
+	ln, mln, err := lf.bind(cfg, func(a string) (net.Listener, error) { return auth.ListenHTTP("tcp", a) })
+	if err != nil {
+		return err
+	}
+	defer closeListeners(ln, mln)
+	// Only prefill servers open KV streams: a router's or another decode
+	// server's certificate fails the handshake.
+	kln, err := bindAddr("--kv-listen", *kvListen, func(a string) (net.Listener, error) { return auth.Listen("tcp", a, peerauth.RolePrefill) })
+	if err != nil {
+		return err
+	}
+	defer kln.Close()
 	log := newLogger(cfg.LogLevel, stderr)
 	srv, err := decodesrv.New(cfg, log, decodesrv.Options{Auth: auth, Faults: spec, Drain: *drain, KVAdvertise: *kvAdvertise})
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := startMetrics(cfg, srv.Metrics, stdout, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	ln, err := auth.ListenHTTP("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	// Only prefill servers open KV streams: a router's or another decode
-	// server's certificate fails the handshake.
-	kln, err := auth.Listen("tcp", *kvListen, peerauth.RolePrefill)
-	if err != nil {
-		ln.Close()
-		return err
-	}
+	defer serveMetrics(mln, srv.Metrics, stdout, log)()
 	if spec != (transfer.FaultSpec{}) {
 		log.Warn("fault injection is on", "faults", spec.String())
 	}
@@ -178,7 +183,7 @@ func checkCertHost(h string) error {
 }
 
 func runCerts(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("certs", stderr)
+	fs := newFlags("certs")
 	out := fs.String("out", "", "directory to write the certificates into (required)")
 	hosts := fs.String("hosts", "127.0.0.1,localhost", "comma-separated IP addresses and DNS names the node certificate is valid for")
 	caDir := fs.String("ca", "", "directory holding an existing ca.pem and ca-key.pem to sign with (default: make a new CA in --out)")

@@ -28,7 +28,7 @@ func init() {
 }
 
 func runRouter(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("router", stderr)
+	fs := newFlags("router")
 	cfgPath := fs.String("config", "", "YAML configuration file: tenants, limits and the peers section (required)")
 	listen := fs.String("listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	prefill := fs.String("prefill", "", "comma-separated prefill control addresses, overriding peers.prefill")
@@ -39,6 +39,10 @@ func runRouter(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := checkDrain(*drain); err != nil {
+		return err
+	}
+	lf := listenFlags{cfgPath: *cfgPath, listen: *listen, metrics: *metricsListen}
+	if err := lf.check(); err != nil {
 		return err
 	}
 	if *cfgPath == "" {
@@ -60,13 +64,18 @@ func runRouter(args []string, stdout, stderr io.Writer) error {
 	if *decode != "" {
 		cfg.Peers.Decode = splitList(*decode)
 	}
+	ln, mln, err := lf.bind(cfg, netListen)
+	if err != nil {
+		return err
+	}
+	defer closeListeners(ln, mln)
 	log := newLogger(cfg.LogLevel, stderr)
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return serveRouter(ctx, cfg, *drain, stdout, log)
+	return serveRouter(ctx, cfg, *drain, ln, mln, stdout, log)
 }
 
 func splitList(s string) []string {
@@ -79,10 +88,11 @@ func splitList(s string) []string {
 	return out
 }
 
-// serveRouter handshakes with cfg's peers, serves the API on cfg.Listen
-// until ctx ends, then drains and stops. It prints the serving line once
-// listening.
-func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, stdout io.Writer, log *slog.Logger) error {
+// serveRouter handshakes with cfg's peers, serves the API on ln (bound to
+// cfg.Listen) and /metrics on mln (nil: none) until ctx ends, then drains
+// and stops. It prints the serving line once serving. The caller closes
+// both listeners.
+func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, ln, mln net.Listener, stdout io.Writer, log *slog.Logger) error {
 	auth, err := peerauth.Load(cfg.Peers)
 	if err != nil {
 		return fmt.Errorf("router: peer auth: %w", err)
@@ -121,15 +131,7 @@ func serveRouter(ctx context.Context, cfg *config.Config, drain time.Duration, s
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := startMetrics(cfg, met, stdout, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
+	defer serveMetrics(mln, met, stdout, log)()
 	lim := rt.Limits()
 	log.Info("router ready", "prefill", strings.Join(cfg.Peers.Prefill, ","), "decode", strings.Join(cfg.Peers.Decode, ","),
 		"context_len", lim.ContextLen, "max_input_tokens", lim.MaxInputTokens, "pool_tokens", lim.PoolTokens)

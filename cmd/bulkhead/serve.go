@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -43,7 +42,7 @@ func loadConfig(path, modelPath string) (*config.Config, error) {
 	}
 	if err := checkInputFile(what, cfg.Model, 0); err != nil {
 		if modelPath != "" {
-			return nil, usageError{err}
+			return nil, usageError{err: err}
 		}
 		return nil, err
 	}
@@ -71,7 +70,7 @@ func newLogger(level string, w io.Writer) *slog.Logger {
 }
 
 func runServe(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
+	fs := newFlags("serve")
 	cfgPath := fs.String("config", "", "YAML configuration file (default: the embedded model, no auth, localhost)")
 	listen := fs.String("listen", "", "listen address, overriding the config (default 127.0.0.1:8080)")
 	modelPath := fs.String("model", "", "model file, overriding the config")
@@ -81,6 +80,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := checkDrain(*drain); err != nil {
+		return err
+	}
+	lf := listenFlags{cfgPath: *cfgPath, listen: *listen, metrics: *metricsListen}
+	if err := lf.check(); err != nil {
 		return err
 	}
 	cfg, err := loadConfig(*cfgPath, *modelPath)
@@ -93,6 +96,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if *metricsListen != "" {
 		cfg.MetricsListen = *metricsListen
 	}
+	ln, mln, err := lf.bind(cfg, netListen)
+	if err != nil {
+		return err
+	}
+	defer closeListeners(ln, mln)
 	log := newLogger(cfg.LogLevel, stderr)
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
@@ -101,15 +109,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stopMetrics, err := startMetrics(cfg, srv.Metrics, stdout, log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
+	defer serveMetrics(mln, srv.Metrics, stdout, log)()
 	fmt.Fprintf(stdout, "bulkhead: serving %s on http://%s/v1 (auth: %s)\n", srv.Model.Name, ln.Addr(), authMode(cfg))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -124,7 +124,7 @@ func authMode(cfg *config.Config) string {
 }
 
 func runPreflight(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("preflight", stderr)
+	fs := newFlags("preflight")
 	cfgPath := fs.String("config", "", "YAML configuration file to check (default: the built-in defaults)")
 	modelPath := fs.String("model", "", "model file, overriding the config")
 	if err := parse(fs, args); err != nil {

@@ -154,8 +154,13 @@ type Request struct {
 	// Markers are the markers in the prompt (the request's own tenant's).
 	Markers []Marker
 
-	text      string // the prompt, unless it is token ids
-	ids       int    // a token-array prompt of this many ids
+	text string // the prompt, unless it is token ids or filler
+	ids  int    // a token-array prompt of this many ids
+	// fill, when set, makes the prompt the marker's word and fill filler
+	// words (overLimitText), built each time it is needed rather than
+	// kept: at the top of the ranges each such prompt is some 20 MB, and
+	// a plan has two per tenant.
+	fill      int
 	salt      uint64 // varies the ids
 	maxTokens int
 	seed      uint64
@@ -167,8 +172,15 @@ func (r *Request) Key() string {
 	return fmt.Sprintf("%s/%s/%s/%t", r.Tenant, r.Name, r.Endpoint, r.Stream)
 }
 
-// PromptText is the prompt's text; "" for a token-array prompt.
-func (r *Request) PromptText() string { return r.text }
+// PromptText is the prompt's text; "" for a token-array prompt. An
+// over-limit text prompt is built anew by each call (it can be tens of
+// megabytes, more than a plan should hold per request).
+func (r *Request) PromptText() string {
+	if r.fill > 0 {
+		return overLimitText(r.Markers[0].Word(), r.fill)
+	}
+	return r.text
+}
 
 // String describes the request for a report, without its prompt.
 func (r *Request) String() string {
@@ -209,11 +221,11 @@ func (r *Request) Body(model string) []byte {
 	}
 	switch {
 	case r.Endpoint == Chat:
-		body.Messages = []message{{Role: "user", Content: r.text}}
+		body.Messages = []message{{Role: "user", Content: r.PromptText()}}
 	case r.ids > 0:
 		body.Prompt = overLimitIDs(r.ids, r.salt)
 	default:
-		body.Prompt = r.text
+		body.Prompt = r.PromptText()
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -320,7 +332,7 @@ func NewPlan(cfg Config) (*Plan, error) {
 				r.ids, r.salt = p.OverLength, cfg.Seed+uint64(ti)
 			} else {
 				m := markers[t+"/"+name]
-				r.Endpoint, r.Markers, r.text = Chat, []Marker{m}, overLimitText(m.Word(), p.OverLength)
+				r.Endpoint, r.Markers, r.fill = Chat, []Marker{m}, p.OverLength
 			}
 			out = append(out, r)
 		}

@@ -29,6 +29,9 @@ const (
 	MaxConcurrency  = 4096
 	MaxRequests     = 1_000_000
 	MaxPromptTokens = 1_000_000
+	// MaxCompletionTokens bounds Config.MaxTokens, and with it what one
+	// stream may send before it is cut off (see streamLimits).
+	MaxCompletionTokens = 1_000_000
 )
 
 // ErrConfig is wrapped by the error Run returns for a Config it refuses
@@ -238,8 +241,8 @@ func (cfg *Config) validate() error {
 	if cfg.Prompt == "" && (cfg.PromptTokens < 1 || cfg.PromptTokens > MaxPromptTokens) {
 		return fmt.Errorf("prompt tokens %d: want 1 to %d (or a fixed prompt)", cfg.PromptTokens, MaxPromptTokens)
 	}
-	if cfg.MaxTokens < 1 {
-		return fmt.Errorf("max tokens %d: want at least 1", cfg.MaxTokens)
+	if cfg.MaxTokens < 1 || cfg.MaxTokens > MaxCompletionTokens {
+		return fmt.Errorf("max tokens %d: want 1 to %d", cfg.MaxTokens, MaxCompletionTokens)
 	}
 	if cfg.Temperature < 0 || math.IsNaN(cfg.Temperature) || math.IsInf(cfg.Temperature, 0) {
 		// NaN and infinities have no JSON form: the request body could
@@ -376,7 +379,7 @@ func (l *level) run(ctx context.Context, conc, n int, first uint64, warmup bool)
 				}
 				body := l.body(first + uint64(i))
 				rctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-				r := do(rctx, l.client, l.url, l.cfg.APIKey, body)
+				r := do(rctx, l.client, l.url, l.cfg.APIKey, body, limitsFor(l.cfg.MaxTokens))
 				cancel()
 				mu.Lock()
 				if r.class == OK {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -86,9 +87,53 @@ type chunk struct {
 // bytes, so anything near this is a broken server.
 const maxEventBytes = 1 << 20
 
+// streamLimits bound what one stream may send, so that a server that
+// floods (content past max_tokens, or a body that never ends) fails that
+// request at once rather than growing the client's memory (a gap is kept
+// per content chunk) and holding a worker until the deadline.
+type streamLimits struct {
+	// chunks bounds the chunks with content. A server sends at most one
+	// per token, and a stream asked for max_tokens tokens; the slack is
+	// for servers that split a token's text (a role chunk has none).
+	chunks int
+	// bytes bounds the whole body: a chunk is a few hundred bytes, so
+	// 16 KiB a token and an event's worth more only a broken server uses.
+	bytes int64
+}
+
+func limitsFor(maxTokens int) streamLimits {
+	return streamLimits{chunks: 2*maxTokens + 16, bytes: int64(maxTokens)*(16<<10) + maxEventBytes + 64<<10}
+}
+
+// errBodyTooLong is returned by cappedReader past its limit.
+var errBodyTooLong = errors.New("body longer than the limit")
+
+// cappedReader fails with errBodyTooLong once left bytes have been read.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errBodyTooLong
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// maxFinishBytes bounds a kept finish_reason ("stop", "length"...): it
+// is kept per request and counted per value in the report.
+const maxFinishBytes = 64
+
 // do sends one streaming request and reads the stream to its end, timing
-// every chunk as it arrives. ctx carries the request's own deadline.
-func do(ctx context.Context, client *http.Client, url, apiKey string, body []byte) (r result) {
+// every chunk as it arrives, and fails it past lim. ctx carries the
+// request's own deadline.
+func do(ctx context.Context, client *http.Client, url, apiKey string, body []byte, lim streamLimits) (r result) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		r.fail(Transport, "%v", err)
@@ -124,7 +169,7 @@ func do(ctx context.Context, client *http.Client, url, apiKey string, body []byt
 		return r
 	}
 
-	sr := NewSSEReader(resp.Body, maxEventBytes)
+	sr := NewSSEReader(&cappedReader{r: resp.Body, left: lim.bytes}, maxEventBytes)
 	var last time.Time
 	for {
 		ev, err := sr.Next()
@@ -136,6 +181,9 @@ func do(ctx context.Context, client *http.Client, url, apiKey string, body []byt
 			return r
 		case errors.Is(err, ErrLineTooLong):
 			r.fail(StreamError, "%v", err)
+			return r
+		case errors.Is(err, errBodyTooLong):
+			r.fail(StreamError, "stream sent more than %d bytes (%d chunks with content) without ending: far more than max_tokens needs", lim.bytes, r.chunks)
 			return r
 		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 			r.fail(Truncated, "stream ended without [DONE] after %d chunks", r.chunks)
@@ -169,9 +217,16 @@ func do(ctx context.Context, client *http.Client, url, apiKey string, body []byt
 			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
 				r.finish = *ch.FinishReason
+				if len(r.finish) > maxFinishBytes {
+					r.finish = strings.ToValidUTF8(r.finish[:maxFinishBytes], "") + "…"
+				}
 			}
 		}
 		if content {
+			if r.chunks >= lim.chunks {
+				r.fail(StreamError, "stream sent more than %d chunks with content: more than max_tokens allows", lim.chunks)
+				return r
+			}
 			if r.chunks == 0 {
 				r.ttft = now.Sub(start)
 			} else {
