@@ -130,24 +130,32 @@ type generation struct {
 	outcome *outcome
 }
 
-// generate admits, submits and answers one request.
-func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, prompt []int, p genParams, isChat bool) {
+// admit admits req, whose MaxTokens is 0 when the client sent none:
+// through the backend's own admission when it has one (engine.Admitter),
+// else against its Limits, with such a request given as many tokens as
+// the context (and the tenant's KV quota, if it has one) allows; at
+// least 1, so that a prompt that already fills the context is refused
+// for its length, with the numbers, rather than for max_tokens.
+func (s *Server) admit(req engine.Request) (engine.Admitted, *errkind.Error) {
+	if a, ok := s.backend.(engine.Admitter); ok {
+		return a.Admit(req)
+	}
 	lim := s.backend.Limits()
-	maxTokens := p.maxTokens
-	if maxTokens == 0 {
-		// As many as the context (and the tenant's KV quota, if it has
-		// one) allows; at least 1 so that a prompt that already fills the
-		// context is rejected for its length, with the numbers, rather
-		// than for max_tokens.
+	if req.MaxTokens == 0 {
 		room := min(lim.ContextLen, lim.PoolTokens)
 		if tl, ok := s.backend.(engine.TenantLimiter); ok {
-			if n, ok := tl.TenantTokens(c.tenant); ok {
+			if n, ok := tl.TenantTokens(req.Tenant); ok {
 				room = min(room, n)
 			}
 		}
-		maxTokens = max(1, room-len(prompt))
+		req.MaxTokens = max(1, room-len(req.Prompt))
 	}
-	admitted, rej := engine.Admit(engine.Request{Tenant: c.tenant, Prompt: prompt, MaxTokens: maxTokens, Sampling: p.sampling}, lim)
+	return engine.Admit(req, lim)
+}
+
+// generate admits, submits and answers one request.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, prompt []int, p genParams, isChat bool) {
+	admitted, rej := s.admit(engine.Request{Tenant: c.tenant, Prompt: prompt, MaxTokens: p.maxTokens, Sampling: p.sampling})
 	if rej != nil {
 		s.writeError(w, r, rej)
 		return

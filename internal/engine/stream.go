@@ -132,6 +132,15 @@ type Backend interface {
 	Submit(ctx context.Context, a Admitted) (*Stream, error)
 }
 
+// Admitter is implemented by a Backend whose admission is more than Admit
+// against its Limits: a router, whose peers' limits can cross, so that a
+// request within the loosest of each field fits no single pair. The HTTP
+// layer admits through it when the Backend has one. A request with
+// MaxTokens 0 (the client sent none) is sized by the Admitter.
+type Admitter interface {
+	Admit(req Request) (Admitted, *errkind.Error)
+}
+
 // TenantLimiter is implemented by a Backend whose tenants can have tighter
 // limits than Limits (a KV page quota). The HTTP layer sizes the default
 // max_tokens of a request that sends none with it, so that such a request

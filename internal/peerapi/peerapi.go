@@ -30,6 +30,20 @@ const (
 	PathExpect   = "/peer/v1/expect"   // POST ExpectRequest -> ExpectResult, or 409 with an error (decode servers)
 )
 
+// HeaderIdempotencyKey marks a control request that may be sent twice
+// with the same effect as once. Peers do not read it: it is for the
+// router's HTTP client, whose transport re-sends such a request on a fresh
+// connection when the kept-alive one it was written on turns out closed
+// (a peer restarted at the same address, or closed an idle connection)
+// before any byte of the answer came, instead of failing it. The router
+// sets it to the transfer id on PathPrefill, PathCancel and PathExpect,
+// each of which the peer answers the same way for a second copy, or
+// refuses without harm (see the router's post); never on PathGenerate,
+// whose second copy decode refuses as a replayed id once the first
+// reserved (the router retries a lost reservation itself, under a fresh
+// id). GETs are replayable without it.
+const HeaderIdempotencyKey = "Idempotency-Key"
+
 // Info is what a peer says about itself at handshake and on health checks.
 type Info struct {
 	Role     string `json:"role"` // "prefill" or "decode"

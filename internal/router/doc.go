@@ -36,6 +36,9 @@
 //     the list it is in (a server's Info says what it claims to be; its
 //     certificate what the CA made it);
 //   - send a request to a peer whose announced limits do not admit it:
-//     the router admits what the largest live peers take (Limits), and
-//     pairing picks among the peers that fit.
+//     the router admits what some live peer of each role takes (Admit;
+//     Limits is the per-field bound), and pairing picks among the peers
+//     that fit;
+//   - send a control call twice unless a second copy is harmless
+//     (replayable: PREFILL, cancel, expect; never a reservation).
 package router

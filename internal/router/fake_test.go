@@ -39,7 +39,7 @@ type fakeCluster struct {
 	reserveErr          *peerapi.Error                             // decode refuses the reservation
 	decodeFailsTransfer *peerapi.Error                             // decode ends with this error once prefill was called
 	fullFor             atomic.Int32                               // decode answers kv_pool_full to the first N reservations
-	prefillErr          *peerapi.Error                             // prefill fails with this (after "admission")
+	prefillErr          *peerapi.Error                             // prefill fails with this (after "admission"), 200 as prefillsrv answers
 	prefillFails        func(i int) *peerapi.Error                 // prefill i answers this, 200 and nothing sent, as prefillsrv does for its engine's failure
 	prefillHold         chan struct{}                              // prefill blocks until closed (or cancel)
 	dropAfter           int                                        // decode drops the connection after this many tokens (0: never)
@@ -181,7 +181,9 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 			}
 		}
 		if f.prefillErr != nil {
-			w.WriteHeader(http.StatusBadRequest)
+			// As prefillsrv answers every request it understood
+			// (handlePrefill): 200 with the error in the result; only a
+			// body that is not a PrefillRequest gets a 400.
 			json.NewEncoder(w).Encode(peerapi.PrefillResult{Error: f.prefillErr})
 			return
 		}

@@ -149,8 +149,47 @@ func (r *Router) getInfo(ctx context.Context, p *peer) (peerapi.Info, error) {
 	return info, nil
 }
 
-// post sends body as JSON to path.
+// post sends body as JSON to path, once: a call that fails after it was
+// written is not sent again (see replayable).
 func (r *Router) post(ctx context.Context, p *peer, path string, body any) (*http.Response, error) {
+	return r.postKeyed(ctx, p, path, body, "")
+}
+
+// replayable is post for a call that a peer may receive twice
+// (peerapi.HeaderIdempotencyKey, set to key, the transfer id). Go's
+// transport then re-sends it on a fresh connection when the kept-alive
+// connection it was written on failed before any byte of the answer: a
+// peer restarted at the same address, whose old connection the router
+// had not yet seen closed, would otherwise turn the call into a 502.
+// The copy goes to the same address with the same bytes (same id,
+// tenant, prompt), and each call marked so is safe twice:
+//   - PREFILL: on one prefill process a second copy for an id still in
+//     flight is refused (prefillsrv's active map: transfer_replayed_id,
+//     nothing computed); on another process (the restart), or after the
+//     first ended, each copy dials its own KV connection, and decode's
+//     Table binds a reservation to the first connection that OPENs it:
+//     a second OPEN, live or after the end, is refused or ignored
+//     (transfer.Receiver.frame: "bound to another connection";
+//     Table.frame: a finished id answers only its own connection), so
+//     two senders never write one reservation, and the same bytes cannot
+//     name another tenant (decode checks OPEN's tenant anyway);
+//   - CANCEL: cancels are idempotent (an unknown or finished id answers
+//     Known=false), and are retried until acknowledged anyway;
+//   - EXPECT: naming the same key twice is naming it once; decode
+//     refuses it once a prefill opened the transfer, as it would the
+//     first copy.
+//
+// A reservation (generate) is not: its copy would be refused as a
+// replayed id once the first reserved, and reserve already retries a
+// lost call under a fresh id.
+func (r *Router) replayable(ctx context.Context, p *peer, path string, body any, key string) (*http.Response, error) {
+	return r.postKeyed(ctx, p, path, body, key)
+}
+
+// postKeyed is post with peerapi.HeaderIdempotencyKey set to key when key
+// is not empty. The body is a bytes.Reader, so the request has GetBody,
+// which the transport needs to send it again.
+func (r *Router) postKeyed(ctx context.Context, p *peer, path string, body any, key string) (*http.Response, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -160,6 +199,9 @@ func (r *Router) post(ctx context.Context, p *peer, path string, body any) (*htt
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(peerapi.HeaderIdempotencyKey, key)
+	}
 	return p.do(req)
 }
 
@@ -169,7 +211,7 @@ func (r *Router) post(ctx context.Context, p *peer, path string, body any) (*htt
 func (r *Router) expect(ctx context.Context, d *peer, id string, key transfer.Identity) error {
 	ctx, done := context.WithTimeout(ctx, 2*time.Second)
 	defer done()
-	resp, err := r.post(ctx, d, peerapi.PathExpect, peerapi.ExpectRequest{ID: id, PrefillIdentity: key.String()})
+	resp, err := r.replayable(ctx, d, peerapi.PathExpect, peerapi.ExpectRequest{ID: id, PrefillIdentity: key.String()}, id)
 	if err != nil {
 		return err
 	}
@@ -207,7 +249,7 @@ func (r *Router) cancel(p *peer, id string) bool {
 func (r *Router) cancelOnce(p *peer, id string) (bool, error) {
 	ctx, done := context.WithTimeout(r.ctx, 2*time.Second)
 	defer done()
-	resp, err := r.post(ctx, p, peerapi.PathCancel, peerapi.CancelRequest{ID: id})
+	resp, err := r.replayable(ctx, p, peerapi.PathCancel, peerapi.CancelRequest{ID: id}, id)
 	if err != nil {
 		return false, err
 	}

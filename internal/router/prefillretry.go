@@ -22,11 +22,13 @@ type prefillAnswer struct {
 
 // neverConnected reports whether err is a failure to open the connection
 // (refused, unroutable, timed out while connecting). Nothing was written
-// then: the HTTP client hands a POST to a new connection only after a
-// dial succeeds, and re-sends one on another connection only when nothing
-// of it was written. Any later failure (reset, EOF mid-answer) may come
-// after the prefill server started, even after it sent KV, so it is not
-// this.
+// on that connection: the HTTP client hands a POST to a new connection
+// only after a dial succeeds. But a PREFILL is replayable (the router's
+// replayable): a copy written on a kept-alive connection that then failed
+// is re-sent on a new one, whose dial may be what failed; callPrefill
+// therefore also asks that no copy was written at all. Any later failure
+// (reset, EOF mid-answer) may come after the prefill server started,
+// even after it sent KV, so it is not this.
 func neverConnected(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"

@@ -78,6 +78,8 @@ func (g *tlsRig) redeployPrefill(cert *peerauth.Auth) {
 	// A restart leaves the router no kept connection. Its transport drops
 	// one the server closed only once it reads the close, and a call that
 	// took it first would fail on it (EOF): not what these tests are about.
+	// (PREFILL is now replayed on a fresh connection then,
+	// TestPrefillReplayedAfterKeptAliveClose; this keeps the rig exact.)
 	for _, p := range g.r.prefill {
 		p.client.CloseIdleConnections()
 	}

@@ -467,9 +467,12 @@ func (r *Router) leastLoaded(ps []*peer, prefer string, req engine.Request, skip
 // refusal is the rejection for req by the healthy peers ps[k], k in
 // refused, none of which admits it: the one their loosest limits give,
 // which names the largest limit the client could meet, the same whichever
-// peer pairing looked at first; or, when their limits cross (each refuses
-// req for another field), the first one's in configuration order. It is
-// nil when refused is empty.
+// peer pairing looked at first. When their limits cross (the loosest
+// admit req, but each peer refuses it for another field: the prompt fits
+// one, the total another), it names what the client can meet with this
+// prompt: the most tokens in all that a peer accepting the prompt holds
+// (crossedRefusal). Admit gives the same error up front. It is nil when
+// refused is empty.
 func refusal(req engine.Request, ps []*peer, refused []int) *errkind.Error {
 	if len(refused) == 0 {
 		return nil
@@ -482,7 +485,30 @@ func refusal(req engine.Request, ps []*peer, refused []int) *errkind.Error {
 	if _, rej := engine.Admit(req, lim); rej != nil {
 		return rej
 	}
-	return ps[refused[0]].admits(req)
+	return crossedRefusal(req, ps, refused)
+}
+
+// crossedRefusal is refusal's error when the peers' limits cross. The
+// first refusing peer's own error (what was given before) named a limit
+// the router's announced ones contradict ("accepts at most 100 input
+// tokens" under a router limit of 400), and which one depended on the
+// configuration order.
+func crossedRefusal(req engine.Request, ps []*peer, refused []int) *errkind.Error {
+	n := len(req.Prompt)
+	best := 0
+	for _, k := range refused {
+		if l := ps[k].limits(); n <= l.MaxInputTokens {
+			best = max(best, min(l.ContextLen, l.PoolTokens))
+		}
+	}
+	if best == 0 { // no peer takes the prompt: the loosest limits said so already
+		return ps[refused[0]].admits(req)
+	}
+	e := errkind.New(errkind.BadInput, "context_length_exceeded",
+		"prompt has %d tokens and max_tokens is %d, %d in all; the %s servers of this deployment that accept a %d-token prompt hold at most %d tokens in all for one request",
+		n, req.MaxTokens, uint64(n)+uint64(req.MaxTokens), ps[refused[0]].role, n, best)
+	e.Param = "messages"
+	return e
 }
 
 // roleRefusal is what the refusal of p's certificate for its role says,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
@@ -440,10 +441,19 @@ func (x *exchange) callPrefill(p *peer) prefillAnswer {
 	defer done()
 	cctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	resp, err := r.post(httptrace.WithClientTrace(cctx, x.nameReached(cctx, stop)), p, peerapi.PathPrefill, peerapi.PrefillRequest{
+	trace := x.nameReached(cctx, stop)
+	// wrote: some copy of the call was written, to a connection that may
+	// have reached a live prefill process; only a call of which none was
+	// is provably unreached, whatever error the last copy ended with.
+	var wrote atomic.Bool
+	trace.WroteRequest = func(httptrace.WroteRequestInfo) { wrote.Store(true) }
+	// Replayable: a kept-alive connection the prefill closed (a restart
+	// at the same address) before answering gets the call re-sent on a
+	// fresh one, which nameReached names to decode like the first.
+	resp, err := r.replayable(httptrace.WithClientTrace(cctx, trace), p, peerapi.PathPrefill, peerapi.PrefillRequest{
 		ID: x.id, Tenant: x.req.Tenant, Prompt: x.req.Prompt, MaxTokens: x.req.MaxTokens,
 		Sampling: peerapi.FromParams(x.req.Sampling), DecodeKVAddr: kvAddr,
-	})
+	}, x.id)
 	if err != nil {
 		var un *unnamedError
 		if errors.As(context.Cause(cctx), &un) {
@@ -458,7 +468,7 @@ func (x *exchange) callPrefill(p *peer) prefillAnswer {
 		if x.lctx.Err() == nil {
 			r.failed(p, err.Error())
 		}
-		return prefillAnswer{err: unreachable(p, err), unreached: neverConnected(err)}
+		return prefillAnswer{err: unreachable(p, err), unreached: neverConnected(err) && !wrote.Load()}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
