@@ -22,11 +22,12 @@ func TestWorkerFaultReachesTheCaller(t *testing.T) {
 	if err := os.WriteFile(path, make([]byte, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, unmap, err := mmapfile.Open(path)
+	m, err := mmapfile.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unmap()
+	defer m.Close()
+	data := m.Bytes()
 	if err := os.Truncate(path, int64(page)); err != nil {
 		t.Fatal(err)
 	}
