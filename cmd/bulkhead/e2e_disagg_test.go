@@ -162,6 +162,9 @@ func TestDisaggMatchesServe(t *testing.T) {
 		prompt openai.CompletionNewParamsPromptUnion
 		max    int64
 		want   string // golden completion, when there is one
+		// sampling, when set, replaces greedy decoding: prefill draws the
+		// first token and decode the rest, so each must draw as serve does.
+		sampling func(*openai.CompletionNewParams)
 	}
 	var jobs []job
 	tenants := []string{"acme", "globex", "hooli", "soylent"}
@@ -169,16 +172,37 @@ func TestDisaggMatchesServe(t *testing.T) {
 		if len(g.PromptTokens)+g.MaxTokens+1 > 256 {
 			continue
 		}
-		jobs = append(jobs, job{tenants[i%4], textPrompt(g.Prompt), int64(g.MaxTokens + 1), g.Completion})
+		jobs = append(jobs, job{tenant: tenants[i%4], prompt: textPrompt(g.Prompt), max: int64(g.MaxTokens + 1), want: g.Completion})
 	}
 	for i, n := range []int{1, 2, 17, 64, 150, 199} {
-		jobs = append(jobs, job{tenants[i%4], tokenPrompt(n), int64(min(40, 256-n)), ""})
+		jobs = append(jobs, job{tenant: tenants[i%4], prompt: tokenPrompt(n), max: int64(min(40, 256-n))})
+	}
+	for i, f := range []func(*openai.CompletionNewParams){
+		func(p *openai.CompletionNewParams) {
+			p.Temperature, p.TopP, p.Seed = openai.Float(0.9), openai.Float(0.95), openai.Int(7)
+		},
+		func(p *openai.CompletionNewParams) {
+			p.FrequencyPenalty, p.PresencePenalty = openai.Float(1), openai.Float(0.5)
+			p.LogitBias = map[string]int64{"13": -100, "400": 3}
+		},
+		func(p *openai.CompletionNewParams) {
+			p.Temperature, p.Seed, p.FrequencyPenalty = openai.Float(1), openai.Int(11), openai.Float(-1)
+		},
+	} {
+		jobs = append(jobs, job{tenant: tenants[i%4], prompt: textPrompt("Once upon a time, there was a little girl named Lily. She went to"), max: 60, sampling: f})
+	}
+	run := func(ctx context.Context, c openai.Client, j job) (*openai.Completion, error) {
+		p := openai.CompletionNewParams{Model: "stories260K", Prompt: j.prompt, MaxTokens: openai.Int(j.max), Temperature: openai.Float(0)}
+		if j.sampling != nil {
+			j.sampling(&p)
+		}
+		return c.Completions.New(ctx, p)
 	}
 	ctx := context.Background()
 	// serve's answers, one at a time.
 	want := make([]string, len(jobs))
 	for i, j := range jobs {
-		resp, err := complete(ctx, serve.client(tenantKeys[j.tenant]), j.prompt, j.max)
+		resp, err := run(ctx, serve.client(tenantKeys[j.tenant]), j)
 		if err != nil {
 			t.Fatalf("serve job %d: %v", i, err)
 		}
@@ -196,7 +220,7 @@ func TestDisaggMatchesServe(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					resp, err := complete(ctx, p.client(tenantKeys[j.tenant]), j.prompt, j.max)
+					resp, err := run(ctx, p.client(tenantKeys[j.tenant]), j)
 					switch {
 					case err != nil:
 						errs <- fmt.Sprintf("job %d (%s): %v", i, j.tenant, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
+
+	"github.com/bulkhead-llm/bulkhead/internal/model"
 )
 
 const e2eConfig = `
@@ -106,6 +109,69 @@ func serveGolden(t *testing.T, p *process) {
 		if resp.Usage.PromptTokens != int64(len(g.PromptTokens)) {
 			t.Errorf("%q: usage.prompt_tokens %d, want %d", g.Prompt, resp.Usage.PromptTokens, len(g.PromptTokens))
 		}
+	}
+}
+
+// presence_penalty, frequency_penalty and logit_bias reach the sampler:
+// serve's greedy text with the penalties is generate's with the same
+// flags, and differs from the text without them; a bias of -100 keeps a
+// token out of the text, and one of +100 makes it the whole text.
+func TestServePenaltiesAndBias(t *testing.T) {
+	p := startServe(t, 64)
+	c := p.client(tenantKeys["acme"])
+	ctx := context.Background()
+	const prompt = "Once upon a time"
+	ask := func(tweak func(*openai.CompletionNewParams)) string {
+		t.Helper()
+		params := openai.CompletionNewParams{Model: "stories260K", Prompt: textPrompt(prompt), MaxTokens: openai.Int(60), Temperature: openai.Float(0)}
+		tweak(&params)
+		resp, err := c.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Choices[0].Text
+	}
+	generate := func(args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if rc := run(append([]string{"generate", "--prompt", prompt, "--max-tokens", "60"}, args...), &out, &errb); rc != 0 {
+			t.Fatalf("generate %v: exit %d: %s", args, rc, errb.String())
+		}
+		return out.String()
+	}
+	plain := ask(func(*openai.CompletionNewParams) {})
+	penalised := ask(func(p *openai.CompletionNewParams) {
+		p.FrequencyPenalty, p.PresencePenalty = openai.Float(1), openai.Float(0.5)
+	})
+	if want := generate("--frequency-penalty", "1", "--presence-penalty", "0.5"); penalised != want {
+		t.Fatalf("serve with penalties: %s", firstDiff(penalised, want))
+	}
+	if penalised == plain {
+		t.Fatalf("the penalties changed nothing: %q", plain)
+	}
+	m, err := model.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := m.Tokenizer
+	lily := tok.Encode("Lily", false)
+	if len(lily) != 1 || !strings.Contains(plain, "Lily") {
+		t.Fatalf("the test wants a one-token word of the plain text: %v in %q", lily, plain)
+	}
+	without := ask(func(p *openai.CompletionNewParams) { p.LogitBias = map[string]int64{fmt.Sprint(lily[0]): -100} })
+	if strings.Contains(without, "Lily") || without == plain {
+		t.Fatalf("with Lily biased -100: %q", without)
+	}
+	only := ask(func(p *openai.CompletionNewParams) {
+		p.LogitBias, p.MaxTokens = map[string]int64{fmt.Sprint(lily[0]): 100}, openai.Int(3)
+	})
+	if only != strings.Repeat(tok.Decode(lily), 3) {
+		t.Fatalf("with Lily biased +100: %q", only)
+	}
+	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Model: "stories260K", Prompt: textPrompt(prompt),
+		LogitBias: map[string]int64{"512": 1}})
+	if ae := (*openai.Error)(nil); !errors.As(err, &ae) || ae.StatusCode != 400 || ae.Param != "logit_bias" || !strings.Contains(ae.Message, "not a token id") {
+		t.Fatalf("a bias of a token outside the vocabulary: %v", err)
 	}
 }
 

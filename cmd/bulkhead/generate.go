@@ -104,6 +104,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "nucleus sampling mass (1: off)")
 	seed := fs.Uint64("seed", 0, "random seed for sampling")
+	presence := fs.Float64("presence-penalty", 0, "taken off the logit of every token already generated (-2 to 2)")
+	frequency := fs.Float64("frequency-penalty", 0, "taken off the logit of a token once per time it was generated (-2 to 2)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -122,8 +124,13 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		return usagef("--top-k must be at least 0 (0: all tokens), got %d", *topK)
 	case !(*topP >= 0 && *topP <= 1):
 		return usagef("--top-p must be 0 to 1, got %v", *topP)
+	case !(*presence >= -2 && *presence <= 2):
+		return usagef("--presence-penalty must be -2 to 2, got %v", *presence)
+	case !(*frequency >= -2 && *frequency <= 2):
+		return usagef("--frequency-penalty must be -2 to 2, got %v", *frequency)
 	}
-	params := sample.Params{Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), Seed: *seed}
+	params := sample.Params{Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), Seed: *seed,
+		PresencePenalty: float32(*presence), FrequencyPenalty: float32(*frequency)}
 	if *temperature > math.MaxFloat32 {
 		params.Temperature = float32(math.Inf(1))
 	}

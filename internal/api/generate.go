@@ -23,7 +23,7 @@ const cancelWait = 2 * time.Second
 type generationRequest interface {
 	modelName() string
 	unsupported() *errkind.Error
-	resolve() (genParams, *errkind.Error)
+	resolve(vocab int) (genParams, *errkind.Error)
 }
 
 // readRequest decodes a generation request body of type T and runs the
@@ -43,7 +43,7 @@ func readRequest[T any, P interface {
 	if err := req.unsupported(); err != nil {
 		return nil, genParams{}, err
 	}
-	p, err := req.resolve()
+	p, err := req.resolve(s.tok.VocabSize())
 	if err != nil {
 		return nil, genParams{}, err
 	}

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/bulkhead-llm/bulkhead/internal/chat"
@@ -198,19 +201,30 @@ func jsonType(t reflect.Type) string {
 	return t.String()
 }
 
-// resolve validates the shared fields.
-func (p *commonParams) resolve() (genParams, *errkind.Error) {
+// resolve validates the shared fields, for a model of vocab tokens.
+func (p *commonParams) resolve(vocab int) (genParams, *errkind.Error) {
 	var g genParams
-	switch {
-	case p.N != nil && *p.N != 1:
+	if p.N != nil && *p.N != 1 {
 		return g, badInput("n", "unsupported_value", "n must be 1; this server returns one choice per request")
-	case p.PresencePenalty != nil && *p.PresencePenalty != 0:
-		return g, badInput("presence_penalty", "unsupported_value", "presence_penalty is not supported; omit it or send 0")
-	case p.FrequencyPenalty != nil && *p.FrequencyPenalty != 0:
-		return g, badInput("frequency_penalty", "unsupported_value", "frequency_penalty is not supported; omit it or send 0")
-	case len(p.LogitBias) > 0:
-		return g, badInput("logit_bias", "unsupported_value", "logit_bias is not supported")
 	}
+	for _, pen := range []struct {
+		name string
+		v    *float64
+		to   *float32
+	}{{"presence_penalty", p.PresencePenalty, &g.sampling.PresencePenalty}, {"frequency_penalty", p.FrequencyPenalty, &g.sampling.FrequencyPenalty}} {
+		if pen.v == nil {
+			continue
+		}
+		if !(*pen.v >= -2 && *pen.v <= 2) {
+			return g, badInput(pen.name, "invalid_value", "%s is %v; it must be between -2 and 2", pen.name, *pen.v)
+		}
+		*pen.to = float32(*pen.v)
+	}
+	bias, err := parseLogitBias(p.LogitBias, vocab)
+	if err != nil {
+		return g, err
+	}
+	g.sampling.LogitBias = bias
 	if p.MaxTokens != nil && p.MaxCompletionTokens != nil && *p.MaxTokens != *p.MaxCompletionTokens {
 		return g, badInput("max_completion_tokens", "invalid_value", "max_tokens (%d) and max_completion_tokens (%d) disagree; send one", *p.MaxTokens, *p.MaxCompletionTokens)
 	}
@@ -268,6 +282,36 @@ func (p *commonParams) resolve() (genParams, *errkind.Error) {
 		g.includeUsage = p.StreamOptions.IncludeUsage
 	}
 	return g, nil
+}
+
+// parseLogitBias reads OpenAI's logit_bias, token ids in decimal mapped
+// to a bias from -100 to 100, into the sampler's list in order of token.
+func parseLogitBias(m map[string]float64, vocab int) ([]sample.Bias, *errkind.Error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	bias := make([]sample.Bias, 0, len(m))
+	for _, key := range slices.Sorted(maps.Keys(m)) { // the same error for the same body
+		v := m[key]
+		id, err := strconv.Atoi(key)
+		if err != nil || id < 0 || id >= vocab || strconv.Itoa(id) != key {
+			return nil, badInput("logit_bias", "invalid_value", "logit_bias key %q is not a token id of this model (0 to %d)", clipKey(key), vocab-1)
+		}
+		if !(v >= -100 && v <= 100) {
+			return nil, badInput("logit_bias", "invalid_value", "logit_bias of token %d is %v; it must be between -100 and 100", id, v)
+		}
+		bias = append(bias, sample.Bias{Token: id, Bias: float32(v)})
+	}
+	slices.SortFunc(bias, func(a, b sample.Bias) int { return a.Token - b.Token })
+	return bias, nil
+}
+
+// clipKey cuts a client's key for an error message.
+func clipKey(k string) string {
+	if len(k) > 32 {
+		return k[:32] + "..."
+	}
+	return k
 }
 
 // parseStop accepts null, a string or an array of up to four strings.

@@ -3,10 +3,12 @@ package api
 import (
 	"encoding/json"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
 // A top_p too small for float32 still restricts sampling to the most
@@ -17,7 +19,7 @@ func TestTinyTopPStaysPositive(t *testing.T) {
 	if err := decodeBody(strings.NewReader(`{"model":"stories260K","prompt":"x","top_p":1e-50}`), &req); err != nil {
 		t.Fatal(err)
 	}
-	g, err := req.resolve()
+	g, err := req.resolve(512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func checkBody(t *testing.T, chat bool, body string) *errkind.Error {
 	if err := req.unsupported(); err != nil {
 		return err
 	}
-	if _, err := req.resolve(); err != nil {
+	if _, err := req.resolve(512); err != nil {
 		return err
 	}
 	if chat {
@@ -104,7 +106,7 @@ func TestFieldNamesExactCase(t *testing.T) {
 		t.Fatalf("decoded %+v", req)
 	}
 	body = `{"model":"stories260K","prompt":"x","logit_bias":{"AbC":1}}`
-	wantParam(t, body, checkBody(t, false, body), "unsupported_value", "logit_bias")
+	wantParam(t, body, checkBody(t, false, body), "invalid_value", "logit_bias")
 }
 
 // An unknown field deep in the body is named by its full path, as OpenAI
@@ -163,5 +165,36 @@ func TestUnknownFieldErrorShape(t *testing.T) {
 	}
 	if n := len(h.fake.calls()); n != 0 {
 		t.Fatalf("backend called %d times", n)
+	}
+}
+
+// The penalties and logit_bias reach the sampler as the client sent them,
+// within OpenAI's ranges; logit_bias keys must be token ids of the model.
+func TestPenaltiesAndLogitBias(t *testing.T) {
+	var req completionRequest
+	body := `{"model":"stories260K","prompt":"x","presence_penalty":-0.5,"frequency_penalty":2,"logit_bias":{"300":-100,"7":2.5,"0":100}}`
+	if err := decodeBody(strings.NewReader(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	g, err := req.resolve(512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sample.Bias{{Token: 0, Bias: 100}, {Token: 7, Bias: 2.5}, {Token: 300, Bias: -100}}
+	if s := g.sampling; s.PresencePenalty != -0.5 || s.FrequencyPenalty != 2 || !slices.Equal(s.LogitBias, want) {
+		t.Fatalf("sampling %+v", s)
+	}
+	for _, tc := range []struct{ extra, param string }{
+		{`"presence_penalty":2.5`, "presence_penalty"},
+		{`"frequency_penalty":-2.01`, "frequency_penalty"},
+		{`"logit_bias":{"512":1}`, "logit_bias"},
+		{`"logit_bias":{"-1":1}`, "logit_bias"},
+		{`"logit_bias":{"07":1}`, "logit_bias"},
+		{`"logit_bias":{" 7":1}`, "logit_bias"},
+		{`"logit_bias":{"hello":1}`, "logit_bias"},
+		{`"logit_bias":{"7":100.5}`, "logit_bias"},
+	} {
+		body := `{"model":"stories260K","prompt":"x",` + tc.extra + `}`
+		wantParam(t, body, checkBody(t, false, body), "invalid_value", tc.param)
 	}
 }

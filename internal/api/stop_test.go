@@ -120,7 +120,7 @@ func FuzzCompletionRequest(f *testing.F) {
 			return
 		}
 		_ = req.unsupported()
-		g, err := req.resolve()
+		g, err := req.resolve(512)
 		if err != nil {
 			if status, _ := statusOf(err); status != 400 || err.Message == "" {
 				t.Fatalf("resolve error %d %q", status, err.Message)

@@ -327,6 +327,7 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 		limit = 1 << 20
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields() // a router newer than this server: refuse what it cannot honour
 	if err := dec.Decode(v); err != nil {
 		return errkind.Wrap(errkind.BadInput, "invalid_request", err, fmt.Sprintf("the request body is not valid JSON for %s: %v", r.URL.Path, err))
 	}

@@ -3,6 +3,9 @@ package decodesrv_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,6 +278,28 @@ func TestPromptBodiesFitTheLimits(t *testing.T) {
 	}
 	if last.Type != peerapi.EventDone || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %v (%+v), want %v", got, last, want)
+	}
+	p.idle()
+}
+
+// TestUnknownControlFieldsRefused: a control request with a field this
+// server does not know (a sampling setting from a newer router, say) is
+// refused as bad input naming it, on prefill and on decode (generate
+// answers in its event stream), rather than served without the setting
+// the client asked for.
+func TestUnknownControlFieldsRefused(t *testing.T) {
+	p := startPair(t, setup{})
+	for _, path := range []string{p.preURL + peerapi.PathPrefill, p.decURL + peerapi.PathGenerate} {
+		body := `{"id":"00000000000000000000000000000001","tenant":"acme","prompt":[1,2,3],"max_tokens":4,"sampling":{"temperature":0,"min_p":0.1}}`
+		resp, err := p.client.Post(path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), `unknown field \"min_p\"`) || !strings.Contains(string(b), "bad_input") && resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s with an unknown sampling field: %s %s", path, resp.Status, b)
+		}
 	}
 	p.idle()
 }

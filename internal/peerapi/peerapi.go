@@ -80,22 +80,45 @@ type Load struct {
 	Transfers int `json:"transfers"` // KV transfers in progress
 }
 
-// Sampling mirrors sample.Params on the wire.
+// Sampling mirrors sample.Params on the wire. Prefill draws a request's
+// first token and decode the rest, so both must read every field: peers
+// refuse a control request with a field they do not know (readJSON), and
+// a router newer than its peers fails such a request rather than have it
+// sampled without the settings the client sent.
 type Sampling struct {
-	Temperature float32 `json:"temperature"`
-	TopK        int     `json:"top_k"`
-	TopP        float32 `json:"top_p"`
-	Seed        uint64  `json:"seed"`
+	Temperature      float32 `json:"temperature"`
+	TopK             int     `json:"top_k"`
+	TopP             float32 `json:"top_p"`
+	Seed             uint64  `json:"seed"`
+	PresencePenalty  float32 `json:"presence_penalty,omitempty"`
+	FrequencyPenalty float32 `json:"frequency_penalty,omitempty"`
+	LogitBias        []Bias  `json:"logit_bias,omitempty"`
+}
+
+// Bias is one entry of Sampling.LogitBias (sample.Bias).
+type Bias struct {
+	Token int     `json:"token"`
+	Bias  float32 `json:"bias"`
 }
 
 // Params converts to sample.Params.
 func (s Sampling) Params() sample.Params {
-	return sample.Params{Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, Seed: s.Seed}
+	p := sample.Params{Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, Seed: s.Seed,
+		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty}
+	for _, b := range s.LogitBias {
+		p.LogitBias = append(p.LogitBias, sample.Bias{Token: b.Token, Bias: b.Bias})
+	}
+	return p
 }
 
 // FromParams converts from sample.Params.
 func FromParams(p sample.Params) Sampling {
-	return Sampling{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, Seed: p.Seed}
+	s := Sampling{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, Seed: p.Seed,
+		PresencePenalty: p.PresencePenalty, FrequencyPenalty: p.FrequencyPenalty}
+	for _, b := range p.LogitBias {
+		s.LogitBias = append(s.LogitBias, Bias{Token: b.Token, Bias: b.Bias})
+	}
+	return s
 }
 
 // GenerateRequest asks a decode server to reserve KV pages for exactly

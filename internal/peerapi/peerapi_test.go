@@ -2,9 +2,11 @@ package peerapi
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
 func TestErrorRoundTripKeepsKind(t *testing.T) {
@@ -22,5 +24,23 @@ func TestErrorRoundTripKeepsKind(t *testing.T) {
 	}
 	if (*Error)(nil).Err() != nil || FromError(nil) != nil {
 		t.Fatal("nil errors must stay nil")
+	}
+}
+
+// Every sampling setting crosses the wire: prefill draws the first token
+// and decode the rest, and each must draw as serve would.
+func TestSamplingRoundTrip(t *testing.T) {
+	in := sample.Params{Temperature: 0.7, TopK: 40, TopP: 0.9, Seed: 1 << 60, PresencePenalty: -1.5, FrequencyPenalty: 0.25,
+		LogitBias: []sample.Bias{{Token: 3, Bias: -100}, {Token: 9, Bias: 2.5}}}
+	b, err := json.Marshal(FromParams(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w Sampling
+	if err := json.Unmarshal(b, &w); err != nil {
+		t.Fatal(err)
+	}
+	if out := w.Params(); !reflect.DeepEqual(out, in) {
+		t.Fatalf("%+v crossed the wire as %s and came back as %+v", in, b, out)
 	}
 }

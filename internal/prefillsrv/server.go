@@ -247,7 +247,9 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 	if limit <= 0 {
 		limit = 1 << 20
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit)).Decode(v); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields() // a router newer than this server: refuse what it cannot honour
+	if err := dec.Decode(v); err != nil {
 		return errkind.Wrap(errkind.BadInput, "invalid_request", err, fmt.Sprintf("the request body is not valid JSON for %s: %v", r.URL.Path, err))
 	}
 	return nil
