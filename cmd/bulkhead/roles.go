@@ -27,7 +27,7 @@ func init() {
 
 // roleMetricsUsage is the --metrics-listen flag's help for prefill and
 // decode, whose control listener serves /metrics only to peers.
-const roleMetricsUsage = "also serve /metrics over plain HTTP on this address, without a peer certificate, for the operator's scraper (overrides metrics_listen; keep it off networks tenants reach). The control listener serves /metrics only to clients with a peer certificate"
+const roleMetricsUsage = "also serve /metrics over plain HTTP on this address, without a peer certificate, for the operator's scraper (overrides metrics_listen; keep it off networks tenants reach). The control listener serves /metrics only to clients with a peer certificate (on decode, only the router's)"
 
 // roleSetup is what prefill and decode share: config (with the --listen
 // and --metrics-listen overrides), peer credentials and faults.

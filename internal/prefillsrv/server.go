@@ -111,9 +111,10 @@ func New(cfg *config.Config, log *slog.Logger, opts Options) (*Server, error) {
 	s.Metrics.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: metrics.Namespace,
 		Name: "kv_transfers_in_progress", Help: "KV transfers being sent now."},
 		func() float64 { return float64(s.sending.Load()) }))
-	// The key prefix decode names when it refuses a transfer's frames as
-	// another prefill's (transfer_wrong_sender), so an operator can tell
-	// which process was expected and which presented itself.
+	// The key prefix decode logs when it refuses a transfer's frames as
+	// another prefill's ("wrong prefill"; the sender itself hears only
+	// transfer_unknown_id), so an operator can tell which process was
+	// expected and which presented itself.
 	log.Info("prefill server built", "model", m.Name, "limits", fmt.Sprintf("%+v", lim), "peer_auth", auth.Mode(),
 		"peer_key", transfer.Identity(auth.Identity()).Short())
 	return s, nil

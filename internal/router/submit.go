@@ -499,7 +499,8 @@ func (e *unnamedError) Error() string { return "naming the prefill to decode: " 
 // on another connection: a prefill server restarted with a new
 // certificate, or an address that several prefill processes answer,
 // presents another key there, and decode would refuse the KV of the very
-// prefill the router chose (transfer_wrong_sender). The hook runs once
+// prefill the router chose (as another prefill's; the prefill hears
+// transfer_unknown_id). The hook runs once
 // the connection is chosen (after its handshake), before the request is
 // written, so a different key is named to decode (expect) first; should
 // decode refuse, the connection is closed so that the prompt is never
