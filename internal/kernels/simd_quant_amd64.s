@@ -313,6 +313,19 @@ matQ4x2done:
 // R12, R14 and R15 hold the offsets of streams 1..3 (SOFFS); a token's
 // results for the group go to out, out+rows, out+2rows and out+3rows
 // (SCATTER, with AX = 4*rows).
+//
+// matQ8x1s, the single-stream decode's kernel, also asks for each stream
+// 512 bytes ahead with PREFETCHNTA. The hint is the point, not the
+// prefetch: the weights are read once a token, and on a Zen 3, whose L3
+// is filled with what L2 evicts, lines brought in as non-temporal do not
+// displace it, so the KV cache and the activations that attention reads
+// between two products stay there instead of coming back from memory.
+// Measured in-process, alternating 32-token blocks of the two kernels
+// (110M Q8_0, f16 cache, 2 threads): 1.05-1.07x with the hint at 512
+// bytes, 1.02-1.04x at 256 or 2048, 1.01-1.02x with PREFETCHT0 at 1024
+// (a null A/B read 0.98-0.99). Past a row's end the prefetch
+// reads the stream's next row, which comes next; past the last it reads
+// bytes that are never used, which a prefetch may.
 
 // SOFFS sets R12, R14 and R15 to one, two and three times the frame
 // argument STRIDE.
@@ -354,6 +367,10 @@ group:
 
 	PCALIGN $32
 block:
+	PREFETCHNTA 512(DX)
+	PREFETCHNTA 512(DX)(R12*1)
+	PREFETCHNTA 512(DX)(R14*1)
+	PREFETCHNTA 512(DX)(R15*1)
 	SCALES
 	WEIGHTS_Q8
 	TOK_Q8(R8, X4)
