@@ -131,9 +131,6 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	params := sample.Params{Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), Seed: *seed,
 		PresencePenalty: float32(*presence), FrequencyPenalty: float32(*frequency)}
-	if *temperature > math.MaxFloat32 {
-		params.Temperature = float32(math.Inf(1))
-	}
 	if err := params.Validate(); err != nil {
 		return usageError{err: err}
 	}

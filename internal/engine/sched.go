@@ -146,7 +146,10 @@ func (s *scheduler) plan() stepPlan {
 				// The tenant is at its own page limit: only it waits, and
 				// only its queue stands still. The pool may have room for
 				// others; holding them back would let one tenant's quota
-				// stall everyone's queue for the step.
+				// stall everyone's queue for the step. (Requeued in arrival
+				// order, r would fail its quota again ahead of its
+				// tenant's later requests in pass 3; marking the tenant
+				// here skips that attempt.)
 				victim = r
 				blockedTenant[r.tenant] = true
 			} else {

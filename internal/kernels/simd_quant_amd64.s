@@ -307,7 +307,8 @@ matQ4x2done:
 // group; four streams far apart are four sequential reads it follows well
 // (measured on a Zen 3: 1.3-1.5x matQ8x1's bytes per second on matrices far
 // larger than the caches). All four rows are real, so no offsets are
-// clamped and nothing is prefetched. Each row's arithmetic is the adjacent
+// clamped, and the hardware prefetcher needs no software prefetch to
+// follow them (matQ8x1s prefetches for another reason, below). Each row's arithmetic is the adjacent
 // kernel's, so the results are the same bits.
 //
 // R12, R14 and R15 hold the offsets of streams 1..3 (SOFFS); a token's

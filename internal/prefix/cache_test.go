@@ -279,8 +279,10 @@ func TestReclaimKeepsAndSkips(t *testing.T) {
 
 // Reclaimable answers from its last count while nothing changed, so every
 // event that changes what the cache could give back must make it count
-// again: a sequence attaching cached blocks, a lease pinning them, their
-// release, and blocks added or removed.
+// again: a sequence attaching cached blocks, their release (by the
+// sequence, and by a lease that outlives it), and blocks added or
+// removed. (A lease pins only pages its sequence holds, which are not
+// idle already, so taking one changes no answer.)
 func TestReclaimableFollowsHolds(t *testing.T) {
 	p := newPool(t, 16)
 	c, _ := New(p, Config{MaxBlocks: 8})

@@ -36,7 +36,8 @@ type Params struct {
 	PresencePenalty, FrequencyPenalty float32
 	// LogitBias is added to the logits of the tokens it names before
 	// anything else (OpenAI's logit_bias), in order of token, each token
-	// once, each bias in [-100, 100].
+	// once, each bias in [-100, 100]. A token past the logits is ignored:
+	// the API refuses one outside its tokenizer's vocabulary.
 	LogitBias []Bias
 }
 
@@ -78,17 +79,6 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// ValidateFor is Validate for a model of vocab tokens: a bias must name
-// one of them.
-func (p Params) ValidateFor(vocab int) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	if n := len(p.LogitBias); n > 0 && p.LogitBias[n-1].Token >= vocab {
-		return fmt.Errorf("logit_bias token %d is not in the vocabulary (%d tokens)", p.LogitBias[n-1].Token, vocab)
-	}
-	return nil
-}
 
 // Sampler draws tokens for one sequence.
 type Sampler struct {
