@@ -79,7 +79,6 @@ func (p Params) Validate() error {
 	return nil
 }
 
-
 // Sampler draws tokens for one sequence.
 type Sampler struct {
 	p    Params
