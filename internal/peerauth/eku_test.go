@@ -1,53 +1,25 @@
 package peerauth
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/bulkhead-llm/bulkhead/internal/config"
 )
 
 // issueEKU loads a certificate from the CA in caDir for role with exactly
 // the extended key usages eku, as another CA tool might make it.
 func issueEKU(t *testing.T, caDir string, role Role, eku ...x509.ExtKeyUsage) *Auth {
 	t.Helper()
-	ca, caKey, err := loadCA(caDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "eku test"},
+	a, err := Load(issueTemplate(t, caDir, &x509.Certificate{
+		Subject:   pkix.Name{CommonName: "eku test"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: eku,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, URIs: []*url.URL{RoleURI(role)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	p := config.Peers{Auth: config.PeerAuthMTLS, CA: filepath.Join(caDir, CAFile), Cert: filepath.Join(dir, "n.pem"), Key: filepath.Join(dir, "n-key.pem")}
-	if err := writePEM(p.Cert, "CERTIFICATE", der, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeKey(p.Key, key); err != nil {
-		t.Fatal(err)
-	}
-	a, err := Load(p)
+		ExtKeyUsage: eku, URIs: []*url.URL{RoleURI(role)},
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

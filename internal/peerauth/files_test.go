@@ -58,20 +58,10 @@ func TestLoadRefusesExposedKeys(t *testing.T) {
 // directory; it returns the peers settings for it.
 func issueWith(t *testing.T, caDir string, notBefore, notAfter time.Time, uris ...string) config.Peers {
 	t.Helper()
-	ca, caKey, err := loadCA(caDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "test"},
+		Subject:   pkix.Name{CommonName: "test"},
 		NotBefore: notBefore, NotAfter: notAfter,
-		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 	}
 	for _, u := range uris {
 		pu, err := url.Parse(u)
@@ -80,6 +70,25 @@ func issueWith(t *testing.T, caDir string, notBefore, notAfter time.Time, uris .
 		}
 		tmpl.URIs = append(tmpl.URIs, pu)
 	}
+	return issueTemplate(t, caDir, tmpl)
+}
+
+// issueTemplate signs tmpl (given a serial, a digital-signature key usage
+// and 127.0.0.1 as its address) for a fresh key with the CA in caDir, and
+// writes certificate and key into a fresh directory; it returns the peers
+// settings for them.
+func issueTemplate(t *testing.T, caDir string, tmpl *x509.Certificate) config.Peers {
+	t.Helper()
+	ca, caKey, err := loadCA(caDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.SerialNumber, tmpl.KeyUsage = serial(), x509.KeyUsageDigitalSignature
+	tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
