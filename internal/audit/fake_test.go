@@ -28,10 +28,13 @@ type fake struct {
 	sticky      bool   // every answer to a later tenant depends on the first tenant's first prompt
 	throttle    int    // every throttle-th request, if never sent before, is answered 429 (0: none)
 	delay       time.Duration
+	overDelay   time.Duration // more delay for over-limit prompts, so that they overlap
 
 	mu          sync.Mutex
 	inflight    int
 	maxInflight int
+	overInfl    int // over-limit requests in flight
+	maxOverInfl int
 	requests    int
 	last        map[string]string   // tenant → its last canary prompt
 	seen        map[string]bool     // tenant + prompt, for drift
@@ -108,6 +111,22 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 			return Response{Status: 400, Body: []byte(`{"error":{"message":"bad prompt","code":"invalid_type"}}`)}
 		}
 		prompt, tokens = fmt.Sprint(ids[:min(len(ids), 8)]), len(ids)
+	}
+	if tokens > f.ctxLen {
+		f.mu.Lock()
+		f.overInfl++
+		f.maxOverInfl = max(f.maxOverInfl, f.overInfl)
+		f.mu.Unlock()
+		defer func() {
+			f.mu.Lock()
+			f.overInfl--
+			f.mu.Unlock()
+		}()
+		select {
+		case <-time.After(f.overDelay):
+		case <-ctx.Done():
+			return Response{Err: ctx.Err().Error()}
+		}
 	}
 	if tokens+req.MaxTokens > f.ctxLen && !f.placeholder {
 		msg := fmt.Sprintf("prompt has %d tokens; this deployment accepts at most %d", tokens, f.ctxLen)

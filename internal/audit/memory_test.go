@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPlanDoesNotHoldOverLimitPrompts: a plan at the top of the context
@@ -44,5 +45,24 @@ func TestPlanDoesNotHoldOverLimitPrompts(t *testing.T) {
 			t.Fatalf("%s: body of %d bytes does not carry the %d-byte prompt", q, len(body), len(text))
 		}
 		break
+	}
+}
+
+// TestOverLimitRequestsInFlightAreBounded: however many requests the
+// audit runs at once, at most maxOverLimitInFlight of them are over-limit
+// prompts, each of which builds tens of megabytes at the top of the
+// context range when it is sent.
+func TestOverLimitRequestsInFlightAreBounded(t *testing.T) {
+	f := &fake{ctxLen: 256, delay: 5 * time.Millisecond, overDelay: 50 * time.Millisecond}
+	cfg := testConfig()
+	cfg.Tenants = append(cfg.Tenants, "initech", "umbrella", "soylent")
+	if _, err := f.audit(cfg, Options{Concurrency: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if f.maxInflight < 4 {
+		t.Fatalf("at most %d requests were in flight at once; the test needs more to mean anything", f.maxInflight)
+	}
+	if f.maxOverInfl > maxOverLimitInFlight || f.maxOverInfl == 0 {
+		t.Fatalf("%d over-limit requests were in flight at once (of %d in all); want 1 to %d", f.maxOverInfl, f.maxInflight, maxOverLimitInFlight)
 	}
 }

@@ -49,6 +49,12 @@ const (
 	defaultRetryWait = 250 * time.Millisecond
 )
 
+// maxOverLimitInFlight bounds the over-limit requests in flight at once,
+// whatever the concurrency: each builds its prompt and body when sent,
+// some 40 MB at the top of the context range, and 64 of them at once
+// would hold gigabytes on the auditor's side.
+const maxOverLimitInFlight = 2
+
 // busy reports an answer worth sending the request again for.
 func busy(r *Response) bool { return r.Status == 429 || r.Status == 503 }
 
@@ -100,8 +106,13 @@ func Run(ctx context.Context, p *Plan, c Client, o Options) ([]Result, error) {
 	}
 	var mu sync.Mutex // guards done and serialises Progress
 	done := 0
+	overLimit := make(chan struct{}, maxOverLimitInFlight)
 	send := func(i int) {
 		q := &p.Requests[i]
+		if q.Kind == OverLimit {
+			overLimit <- struct{}{}
+			defer func() { <-overLimit }()
+		}
 		body := q.Body(p.Config.Model)
 		var resp Response
 		for try := 1; ; try++ {
