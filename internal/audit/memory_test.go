@@ -53,7 +53,7 @@ func TestPlanDoesNotHoldOverLimitPrompts(t *testing.T) {
 // prompts, each of which builds tens of megabytes at the top of the
 // context range when it is sent.
 func TestOverLimitRequestsInFlightAreBounded(t *testing.T) {
-	f := &fake{ctxLen: 256, delay: 5 * time.Millisecond, overDelay: 50 * time.Millisecond}
+	f := &fake{ctxLen: 256, delay: 5 * time.Millisecond, overDelay: 20 * time.Millisecond}
 	cfg := testConfig()
 	cfg.Tenants = append(cfg.Tenants, "initech", "umbrella", "soylent")
 	if _, err := f.audit(cfg, Options{Concurrency: 16}); err != nil {
