@@ -13,6 +13,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 	"github.com/bulkhead-llm/bulkhead/internal/server"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
@@ -181,7 +182,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	case maxNew == 1:
 		seq.Free()
 		ev.send(peerapi.Event{Type: peerapi.EventReady})
-		ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: []int{first}})
+		ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: []int{first}, Logprobs: wireLogprobs(a.Request().Sampling.Logprobs, 1, nil)})
 		ev.send(peerapi.Event{Type: peerapi.EventDone, Finish: engine.FinishLength, Usage: &engine.Usage{PromptTokens: n, CompletionTokens: 1}})
 		return
 	}
@@ -205,15 +206,16 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request) {
 	if ev.send(peerapi.Event{Type: peerapi.EventReady}) != nil {
 		return // the deferred cancel stops the engine request
 	}
+	logprobs := a.Request().Sampling.Logprobs
 	for {
-		toks, res, err := st.Next(ctx)
+		toks, lps, res, err := st.NextWith(ctx)
 		if err != nil {
 			cancel() // ctx is done already; this only says so
 			awaitEnd(st)
 			ev.fail(errCancelled)
 			return
 		}
-		if len(toks) > 0 && ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: toks}) != nil {
+		if len(toks) > 0 && ev.send(peerapi.Event{Type: peerapi.EventTokens, Tokens: toks, Logprobs: wireLogprobs(logprobs, len(toks), lps)}) != nil {
 			return
 		}
 		if res != nil {
@@ -332,6 +334,23 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 		return errkind.Wrap(errkind.BadInput, "invalid_request", err, fmt.Sprintf("the request body is not valid JSON for %s: %v", r.URL.Path, err))
 	}
 	return nil
+}
+
+// wireLogprobs is the Logprobs of an event of n tokens whose log
+// probabilities are lps (entry for entry, nil where unknown: the first
+// token's, which the prefill server has): nothing when the request did not
+// ask for them.
+func wireLogprobs(asked bool, n int, lps []*sample.Logprobs) []*peerapi.Logprobs {
+	if !asked {
+		return nil
+	}
+	out := make([]*peerapi.Logprobs, n)
+	for i := range out {
+		if i < len(lps) {
+			out[i] = peerapi.FromLogprobs(lps[i])
+		}
+	}
+	return out
 }
 
 func secs(n int) time.Duration { return time.Duration(n) * time.Second }

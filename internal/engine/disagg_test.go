@@ -57,19 +57,7 @@ func TestPrefillHandoffThenDecode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := make([]float32, len(prompt)*c.KVDim())
-		v := make([]float32, len(k))
-		for l := 0; l < c.Layers; l++ {
-			if err := h.Lease.ReadTokens(l, 0, len(prompt), k, v); err != nil {
-				t.Fatal(err)
-			}
-			if err := seq.WriteTokens(l, 0, len(prompt), k, v); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := h.Lease.Release(); err != nil {
-			t.Fatal(err)
-		}
+		copyKV(t, c.Layers, c.KVDim(), h.Lease, seq, len(prompt))
 		ds, err := dec.e.SubmitPrefilled(context.Background(), a, seq, h.FirstToken)
 		if err != nil {
 			t.Fatal(err)

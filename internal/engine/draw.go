@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
 // draws samples the next token of every sequence a step computed logits
@@ -17,6 +18,7 @@ type draws struct {
 	reqs    []*request
 	logits  [][]float32
 	toks    []int
+	lps     []*sample.Logprobs // for requests that asked for them, else nil
 	fn      func(chunk, lo, hi int) // bound once, so that a step allocates nothing
 }
 
@@ -30,7 +32,8 @@ func newDraws(threads *kernels.Pool) *draws {
 func (d *draws) reset() {
 	clear(d.reqs) // let finished requests go
 	clear(d.logits)
-	d.reqs, d.logits, d.toks = d.reqs[:0], d.logits[:0], d.toks[:0]
+	clear(d.lps)
+	d.reqs, d.logits, d.toks, d.lps = d.reqs[:0], d.logits[:0], d.toks[:0], d.lps[:0]
 }
 
 // add queues r's draw from logits.
@@ -38,6 +41,7 @@ func (d *draws) add(r *request, logits []float32) {
 	d.reqs = append(d.reqs, r)
 	d.logits = append(d.logits, logits)
 	d.toks = append(d.toks, 0)
+	d.lps = append(d.lps, nil)
 }
 
 // run draws every queued token. One draw runs on the caller: waking the
@@ -54,6 +58,13 @@ func (d *draws) run() {
 
 func (d *draws) draw(_, lo, hi int) {
 	for i := lo; i < hi; i++ {
-		d.toks[i] = d.reqs[i].sampler.Next(d.logits[i])
+		r := d.reqs[i]
+		d.toks[i] = r.sampler.Next(d.logits[i])
+		if r.logprobs {
+			// The logits are the model's own: Next draws from its
+			// copy after the biases and penalties.
+			lp := r.sampler.Logprobs(d.logits[i], d.toks[i])
+			d.lps[i] = &lp
+		}
 	}
 }

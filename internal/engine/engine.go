@@ -205,7 +205,7 @@ func (e *Engine) SubmitPrefilled(ctx context.Context, a Admitted, seq *kv.Seq, f
 		st := NewStream()
 		res := Result{Finish: FinishStop, Usage: Usage{PromptTokens: len(req.Prompt)}}
 		if !e.m.IsEnd(firstToken) {
-			st.Push(firstToken)
+			st.PushWith([]int{firstToken}, unknownLogprobs(req.Sampling.Logprobs))
 			res = Result{Finish: FinishLength, Usage: Usage{PromptTokens: len(req.Prompt), CompletionTokens: 1}}
 		}
 		st.Close(res)
@@ -215,13 +215,25 @@ func (e *Engine) SubmitPrefilled(ctx context.Context, a Admitted, seq *kv.Seq, f
 		r.seq, r.fed = seq, len(r.tokens)
 		r.sampler.Resume([]int{firstToken})
 		r.tokens = append(r.tokens, firstToken)
-		r.stream.Push(firstToken)
+		// Its log probabilities, if asked for, are the prefill server's
+		// to give (Handoff.FirstLogprobs): unknown here.
+		r.stream.PushWith([]int{firstToken}, unknownLogprobs(r.logprobs))
 		r.logits = make([]float32, e.m.Config.Vocab)
 	})
 	if err != nil {
 		seq.Free() // refused before the engine took it (Free is idempotent)
 	}
 	return st, err
+}
+
+// unknownLogprobs is the log probabilities a decode server gives the
+// first token, which its prefill server drew: one unknown entry when the
+// request asked for them, none when it did not.
+func unknownLogprobs(asked bool) []*sample.Logprobs {
+	if !asked {
+		return nil
+	}
+	return []*sample.Logprobs{nil}
 }
 
 func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (*Stream, error) {
@@ -255,7 +267,7 @@ func (e *Engine) submit(ctx context.Context, a Admitted, setup func(*request)) (
 
 	r := &request{
 		id: e.nextID.Add(1), tenant: req.Tenant, tokens: append([]int(nil), req.Prompt...),
-		promptLen: len(req.Prompt), maxTokens: req.MaxTokens, sampler: sample.New(req.Sampling),
+		promptLen: len(req.Prompt), maxTokens: req.MaxTokens, sampler: sample.New(req.Sampling), logprobs: req.Sampling.Logprobs,
 		stream: NewStream(),
 	}
 	if setup != nil {
@@ -418,13 +430,13 @@ func (e *Engine) shutdown() {
 // handoff ends a prefill-only request: its KV goes out under a lease, and
 // its own hold on the pages is dropped, so the pages return to the pool
 // exactly when the lease is released.
-func (e *Engine) handoff(r *request, first int) {
+func (e *Engine) handoff(r *request, first int, firstLogprobs *sample.Logprobs) {
 	lease, err := r.seq.Lease()
 	if err != nil {
 		e.finish(r, Result{Err: errkind.Wrap(errkind.Integrity, "kv_integrity_error", err, "could not pin the prompt's KV for transfer")})
 		return
 	}
-	e.finish(r, Result{Finish: FinishLength, Handoff: &Handoff{Lease: lease, Tokens: lease.Tokens(), FirstToken: first, End: e.m.IsEnd(first)}})
+	e.finish(r, Result{Finish: FinishLength, Handoff: &Handoff{Lease: lease, Tokens: lease.Tokens(), FirstToken: first, FirstLogprobs: firstLogprobs, End: e.m.IsEnd(first)}})
 }
 
 // observe reports the step (or an idle moment, with 0 tokens) so that the
@@ -563,7 +575,7 @@ func (e *Engine) step() bool {
 	for i, r := range d.reqs {
 		tok := d.toks[i]
 		if r.prefillOnly {
-			e.handoff(r, tok)
+			e.handoff(r, tok, d.lps[i])
 			continue
 		}
 		if e.m.IsEnd(tok) {
@@ -571,7 +583,11 @@ func (e *Engine) step() bool {
 			continue
 		}
 		r.tokens = append(r.tokens, tok)
-		r.stream.Push(tok)
+		if r.logprobs {
+			r.stream.PushWith([]int{tok}, d.lps[i:i+1:i+1])
+		} else {
+			r.stream.Push(tok)
+		}
 		if r.generated() >= r.maxTokens {
 			e.finish(r, Result{Finish: FinishLength})
 		}

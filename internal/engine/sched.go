@@ -26,6 +26,7 @@ type request struct {
 	// prefillOnly requests stop after the first sampled token and hand
 	// their KV over (Engine.Prefill) instead of freeing it.
 	prefillOnly bool
+	logprobs    bool    // the request asked for its tokens' log probabilities
 	seq         *kv.Seq // nil while queued
 	running     bool
 	finished    bool

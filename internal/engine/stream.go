@@ -6,6 +6,7 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/kv"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
 // FinishReason says why a successful generation ended.
@@ -46,6 +47,10 @@ type Handoff struct {
 	Lease      *kv.Lease
 	Tokens     int // prompt tokens the lease covers
 	FirstToken int
+	// FirstLogprobs is the first token's log probabilities, when the
+	// request asked for them: the decode server that emits the token
+	// cannot compute them (the prompt's last logits stay here).
+	FirstLogprobs *sample.Logprobs
 	// End is true when the first token ends the text (EOS): there is
 	// nothing for a decode server to do.
 	End bool
@@ -61,6 +66,9 @@ type Handoff struct {
 type Stream struct {
 	mu     sync.Mutex
 	queued []int
+	// lps is queued's log probabilities, entry for entry, once any token
+	// came with them (PushWith); nil entries for tokens without.
+	lps    []*sample.Logprobs
 	result *Result
 	wake   chan struct{} // capacity 1: "something changed"
 }
@@ -70,10 +78,29 @@ type Stream struct {
 func NewStream() *Stream { return &Stream{wake: make(chan struct{}, 1)} }
 
 // Push appends generated tokens. Push after Close is ignored.
-func (s *Stream) Push(tokens ...int) {
+func (s *Stream) Push(tokens ...int) { s.PushWith(tokens, nil) }
+
+// PushWith appends generated tokens with their log probabilities, for a
+// request that asked for them: lps[i] is tokens[i]'s, nil where it is not
+// known here (a decode server does not know the first token's: its
+// prefill server drew it). lps may be nil. PushWith after Close is
+// ignored.
+func (s *Stream) PushWith(tokens []int, lps []*sample.Logprobs) {
 	s.mu.Lock()
 	if s.result == nil {
+		if lps != nil && s.lps == nil {
+			s.lps = make([]*sample.Logprobs, len(s.queued), len(s.queued)+len(tokens))
+		}
 		s.queued = append(s.queued, tokens...)
+		if s.lps != nil {
+			for i := range tokens {
+				var lp *sample.Logprobs
+				if i < len(lps) {
+					lp = lps[i]
+				}
+				s.lps = append(s.lps, lp)
+			}
+		}
 	}
 	s.mu.Unlock()
 	s.signal()
@@ -102,19 +129,29 @@ func (s *Stream) signal() {
 // does not cancel the request (cancel the context given to Submit for
 // that).
 func (s *Stream) Next(ctx context.Context) ([]int, *Result, error) {
+	toks, _, res, err := s.NextWith(ctx)
+	return toks, res, err
+}
+
+// NextWith is Next with the tokens' log probabilities, entry for entry
+// (nil entries where a token came without; a nil slice when none did).
+func (s *Stream) NextWith(ctx context.Context) ([]int, []*sample.Logprobs, *Result, error) {
 	for {
 		s.mu.Lock()
-		toks := s.queued
+		toks, lps := s.queued, s.lps
 		s.queued = nil
+		if lps != nil {
+			s.lps = []*sample.Logprobs{} // still non-nil: later tokens keep their entries
+		}
 		res := s.result
 		s.mu.Unlock()
 		if len(toks) > 0 || res != nil {
-			return toks, res, nil
+			return toks, lps, res, nil
 		}
 		select {
 		case <-s.wake:
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, nil, nil, ctx.Err()
 		}
 	}
 }

@@ -93,6 +93,8 @@ type Sampling struct {
 	PresencePenalty  float32 `json:"presence_penalty,omitempty"`
 	FrequencyPenalty float32 `json:"frequency_penalty,omitempty"`
 	LogitBias        []Bias  `json:"logit_bias,omitempty"`
+	Logprobs         bool    `json:"logprobs,omitempty"`
+	TopLogprobs      int     `json:"top_logprobs,omitempty"`
 }
 
 // Bias is one entry of Sampling.LogitBias (sample.Bias).
@@ -104,7 +106,8 @@ type Bias struct {
 // Params converts to sample.Params.
 func (s Sampling) Params() sample.Params {
 	p := sample.Params{Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, Seed: s.Seed,
-		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty}
+		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty,
+		Logprobs: s.Logprobs, TopLogprobs: s.TopLogprobs}
 	for _, b := range s.LogitBias {
 		p.LogitBias = append(p.LogitBias, sample.Bias{Token: b.Token, Bias: b.Bias})
 	}
@@ -114,7 +117,8 @@ func (s Sampling) Params() sample.Params {
 // FromParams converts from sample.Params.
 func FromParams(p sample.Params) Sampling {
 	s := Sampling{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, Seed: p.Seed,
-		PresencePenalty: p.PresencePenalty, FrequencyPenalty: p.FrequencyPenalty}
+		PresencePenalty: p.PresencePenalty, FrequencyPenalty: p.FrequencyPenalty,
+		Logprobs: p.Logprobs, TopLogprobs: p.TopLogprobs}
 	for _, b := range p.LogitBias {
 		s.LogitBias = append(s.LogitBias, Bias{Token: b.Token, Bias: b.Bias})
 	}
@@ -176,10 +180,51 @@ type PrefillRequest struct {
 
 // PrefillResult is the prefill server's answer.
 type PrefillResult struct {
-	OK         bool   `json:"ok"`
-	FirstToken int    `json:"first_token"`
-	BytesSent  int64  `json:"bytes_sent"`
-	Error      *Error `json:"error,omitempty"`
+	OK         bool  `json:"ok"`
+	FirstToken int   `json:"first_token"`
+	BytesSent  int64 `json:"bytes_sent"`
+	// FirstLogprobs is the first token's log probabilities, when the
+	// request asked for them: decode, which emits the token, cannot know
+	// them (the prompt's last logits stay on the prefill server).
+	FirstLogprobs *Logprobs `json:"first_logprobs,omitempty"`
+	Error         *Error    `json:"error,omitempty"`
+}
+
+// Logprobs is sample.Logprobs on the wire.
+type Logprobs struct {
+	Token   int            `json:"token"`
+	Logprob float32        `json:"logprob"`
+	Top     []TokenLogprob `json:"top,omitempty"`
+}
+
+// TokenLogprob is sample.TokenLogprob on the wire.
+type TokenLogprob struct {
+	Token   int     `json:"token"`
+	Logprob float32 `json:"logprob"`
+}
+
+// FromLogprobs encodes lp for the wire; nil stays nil.
+func FromLogprobs(lp *sample.Logprobs) *Logprobs {
+	if lp == nil {
+		return nil
+	}
+	w := &Logprobs{Token: lp.Token, Logprob: lp.Logprob}
+	for _, t := range lp.Top {
+		w.Top = append(w.Top, TokenLogprob{Token: t.Token, Logprob: t.Logprob})
+	}
+	return w
+}
+
+// Sample decodes w; nil stays nil.
+func (w *Logprobs) Sample() *sample.Logprobs {
+	if w == nil {
+		return nil
+	}
+	lp := &sample.Logprobs{Token: w.Token, Logprob: w.Logprob}
+	for _, t := range w.Top {
+		lp.Top = append(lp.Top, sample.TokenLogprob{Token: t.Token, Logprob: t.Logprob})
+	}
+	return lp
 }
 
 // CancelRequest cancels transfer ID wherever it stands. Cancels are
@@ -205,11 +250,15 @@ const (
 
 // Event is one line of a generate stream.
 type Event struct {
-	Type   string              `json:"type"`
-	Tokens []int               `json:"tokens,omitempty"`
-	Finish engine.FinishReason `json:"finish,omitempty"`
-	Usage  *engine.Usage       `json:"usage,omitempty"`
-	Error  *Error              `json:"error,omitempty"`
+	Type   string `json:"type"`
+	Tokens []int  `json:"tokens,omitempty"`
+	// Logprobs are the tokens' log probabilities, entry for entry, when
+	// the request asked for them; null for the first token, which the
+	// prefill server drew (PrefillResult.FirstLogprobs has it).
+	Logprobs []*Logprobs         `json:"logprobs,omitempty"`
+	Finish   engine.FinishReason `json:"finish,omitempty"`
+	Usage    *engine.Usage       `json:"usage,omitempty"`
+	Error    *Error              `json:"error,omitempty"`
 }
 
 // Error is an errkind.Error on the wire.

@@ -31,7 +31,7 @@ func TestErrorRoundTripKeepsKind(t *testing.T) {
 // and decode the rest, and each must draw as serve would.
 func TestSamplingRoundTrip(t *testing.T) {
 	in := sample.Params{Temperature: 0.7, TopK: 40, TopP: 0.9, Seed: 1 << 60, PresencePenalty: -1.5, FrequencyPenalty: 0.25,
-		LogitBias: []sample.Bias{{Token: 3, Bias: -100}, {Token: 9, Bias: 2.5}}}
+		LogitBias: []sample.Bias{{Token: 3, Bias: -100}, {Token: 9, Bias: 2.5}}, Logprobs: true, TopLogprobs: 3}
 	b, err := json.Marshal(FromParams(in))
 	if err != nil {
 		t.Fatal(err)
@@ -42,5 +42,22 @@ func TestSamplingRoundTrip(t *testing.T) {
 	}
 	if out := w.Params(); !reflect.DeepEqual(out, in) {
 		t.Fatalf("%+v crossed the wire as %s and came back as %+v", in, b, out)
+	}
+}
+
+// Log probabilities cross the wire whole, and an unknown one (decode's
+// first token's) stays unknown.
+func TestLogprobsRoundTrip(t *testing.T) {
+	in := &sample.Logprobs{Token: 7, Logprob: -0.25, Top: []sample.TokenLogprob{{Token: 7, Logprob: -0.25}, {Token: 2, Logprob: -1.5}}}
+	b, err := json.Marshal(Event{Type: EventTokens, Tokens: []int{5, 7}, Logprobs: []*Logprobs{nil, FromLogprobs(in)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev Event
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.Logprobs) != 2 || ev.Logprobs[0] != nil || !reflect.DeepEqual(ev.Logprobs[1].Sample(), in) {
+		t.Fatalf("%s came back as %+v", b, ev.Logprobs)
 	}
 }

@@ -343,7 +343,7 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	s.tm.Checksums.WithLabelValues("read").Add(float64(read))
 	sent := cc.n.Load()
 	if ok {
-		return peerapi.PrefillResult{OK: true, FirstToken: h.FirstToken, BytesSent: sent}
+		return peerapi.PrefillResult{OK: true, FirstToken: h.FirstToken, BytesSent: sent, FirstLogprobs: peerapi.FromLogprobs(h.FirstLogprobs)}
 	}
 	if ferr == nil {
 		ferr = errkind.New(errkind.Internal, "internal_error", "kv transfer ended without a verdict")

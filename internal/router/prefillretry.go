@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
+	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
 )
 
 // prefillAnswer is a prefill call's outcome, with what the router can
@@ -18,6 +19,9 @@ type prefillAnswer struct {
 	unreached bool
 	// sentNothing: the prefill server answered that it sent no KV byte.
 	sentNothing bool
+	// first is the first token's log probabilities, when the request
+	// asked for them and the prefill succeeded.
+	first *peerapi.Logprobs
 }
 
 // neverConnected reports whether err is a failure to open the connection

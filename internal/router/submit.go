@@ -15,6 +15,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
 	"github.com/bulkhead-llm/bulkhead/internal/peerauth"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 	"github.com/bulkhead-llm/bulkhead/internal/transfer"
 )
 
@@ -47,6 +48,23 @@ type exchange struct {
 	pout   chan prefillAnswer  // prefill's answer; its err nil = transferred and acknowledged
 	closed sync.Once
 	rdy    sync.Once
+	// first is the first token's log probabilities, from the prefill
+	// server's answer (decode cannot know them), for a request that asked
+	// for them; firstSet is closed once the answer is in (first nil if it
+	// did not come). settle sets them, once.
+	first    *sample.Logprobs
+	firstSet chan struct{}
+	settled  sync.Once
+}
+
+// settleFirst records the first token's log probabilities (nil: none
+// came) once the prefill leg's outcome is known, and lets readDecode,
+// which waits for them before it hands the first token on, go on.
+func (x *exchange) settleFirst(lp *peerapi.Logprobs) {
+	x.settled.Do(func() {
+		x.first = lp.Sample()
+		close(x.firstSet)
+	})
 }
 
 // Submit runs an admitted request: reserve on the least-loaded decode
@@ -137,7 +155,7 @@ func (r *Router) reserve(ctx context.Context, req engine.Request) (*exchange, er
 		}
 		x := &exchange{r: r, d: d, p: p, id: transfer.NewID().String(), req: req, st: engine.NewStream(),
 			resv: make(chan *errkind.Error, 1), ready: make(chan struct{}), term: make(chan engine.Result, 1),
-			pout: make(chan prefillAnswer, 1)}
+			pout: make(chan prefillAnswer, 1), firstSet: make(chan struct{})}
 		x.lctx, x.legs = context.WithCancel(r.ctx)
 		if !takeSlot(ctx, p) {
 			x.finish()
@@ -255,6 +273,7 @@ func (x *exchange) readDecode() {
 	}
 	dec := json.NewDecoder(resp.Body)
 	reserved := false
+	pushed := 0 // tokens handed to the stream
 	end := func(e *errkind.Error, res engine.Result) {
 		if !reserved {
 			x.resv <- e
@@ -289,7 +308,28 @@ func (x *exchange) readDecode() {
 				end(protocolError("tokens before reserved"), engine.Result{})
 				return
 			}
-			x.st.Push(ev.Tokens...)
+			if !x.req.Sampling.Logprobs {
+				x.st.Push(ev.Tokens...)
+				break
+			}
+			lps := make([]*sample.Logprobs, len(ev.Tokens))
+			for i := range lps {
+				if i < len(ev.Logprobs) {
+					lps[i] = ev.Logprobs[i].Sample()
+				}
+			}
+			if pushed == 0 && len(lps) > 0 && lps[0] == nil {
+				// The first token is the prefill server's: its log
+				// probabilities come with its answer, which can trail
+				// decode's first tokens by a moment.
+				select {
+				case <-x.firstSet:
+					lps[0] = x.first
+				case <-x.lctx.Done():
+				}
+			}
+			pushed += len(ev.Tokens)
+			x.st.PushWith(ev.Tokens, lps)
 		case peerapi.EventDone:
 			if !reserved {
 				end(protocolError("done before reserved"), engine.Result{})
@@ -337,11 +377,13 @@ func (x *exchange) prefill(ctx context.Context) (e *errkind.Error, pending bool)
 		case pa := <-x.pout:
 			pe := pa.err
 			if pe == nil {
+				x.settleFirst(pa.first)
 				return nil, false
 			}
 			if x.retryPrefill(ctx, pa, tried) {
 				continue // another prefill peer's answer is on its way
 			}
+			x.settleFirst(nil)
 			if e := x.verdict(pe); e != nil {
 				x.cancelLegs(true, false)
 				return e, false
@@ -360,9 +402,11 @@ func (x *exchange) prefill(ctx context.Context) (e *errkind.Error, pending bool)
 				grace = time.After(decodeGrace)
 			}
 		case <-grace:
+			x.settleFirst(nil)
 			x.cancelLegs(false, true)
 			return decodeErr, false
 		case <-ctx.Done():
+			x.settleFirst(nil)
 			x.cancelLegs(true, true)
 			return cancelled(ctx), false
 		}
@@ -375,7 +419,9 @@ func (x *exchange) prefill(ctx context.Context) (e *errkind.Error, pending bool)
 // decode verified the KV. The call ends at the latest when the exchange
 // finishes and closes its control connections.
 func (x *exchange) prefillTail() {
-	pe := (<-x.pout).err
+	pa := <-x.pout
+	x.settleFirst(pa.first)
+	pe := pa.err
 	<-x.p.slots
 	if pe != nil && x.lctx.Err() == nil {
 		x.r.log.Warn("prefill failed after decode verified the KV; decode's verdict stands",
@@ -484,7 +530,7 @@ func (x *exchange) callPrefill(p *peer) prefillAnswer {
 		}
 		return prefillAnswer{err: errkind.New(errkind.Internal, "prefill_failed", "the prefill server failed without saying why")}
 	}
-	return prefillAnswer{}
+	return prefillAnswer{first: res.FirstLogprobs}
 }
 
 // unnamedError is why nameReached stopped a prefill call: decode did not

@@ -39,6 +39,11 @@ type Params struct {
 	// once, each bias in [-100, 100]. A token past the logits is ignored:
 	// the API refuses one outside its tokenizer's vocabulary.
 	LogitBias []Bias
+	// Logprobs asks for each generated token's Logprobs, with the
+	// TopLogprobs most likely tokens (0 to MaxTopLogprobs) beside it. They
+	// change nothing in the draw.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Bias is one token's entry in Params.LogitBias.
@@ -65,6 +70,10 @@ func (p Params) Validate() error {
 		return fmt.Errorf("presence_penalty %v is outside [-2, 2]", p.PresencePenalty)
 	case !(p.FrequencyPenalty >= -2 && p.FrequencyPenalty <= 2):
 		return fmt.Errorf("frequency_penalty %v is outside [-2, 2]", p.FrequencyPenalty)
+	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
+		return fmt.Errorf("top_logprobs %d is outside [0, %d]", p.TopLogprobs, MaxTopLogprobs)
+	case p.TopLogprobs > 0 && !p.Logprobs:
+		return fmt.Errorf("top_logprobs %d without logprobs", p.TopLogprobs)
 	}
 	for i, b := range p.LogitBias {
 		switch {

@@ -79,7 +79,7 @@ func TestValidate(t *testing.T) {
 		{PresencePenalty: 2.5}, {FrequencyPenalty: -2.01}, {PresencePenalty: nan},
 		{LogitBias: []Bias{{Token: -1, Bias: 1}}}, {LogitBias: []Bias{{Token: 3, Bias: 101}}},
 		{LogitBias: []Bias{{Token: 3, Bias: nan}}}, {LogitBias: []Bias{{Token: 3}, {Token: 3}}},
-		{LogitBias: []Bias{{Token: 4}, {Token: 3}}}} {
+		{LogitBias: []Bias{{Token: 4}, {Token: 3}}}, {Logprobs: true, TopLogprobs: 21}, {TopLogprobs: 2}} {
 		if p.Validate() == nil {
 			t.Errorf("Validate(%+v) accepted bad settings", p)
 		}

@@ -1,0 +1,65 @@
+package sample
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+// The log probabilities are the log-softmax of the raw logits, exactly
+// enough that they sum to one, and the top list is the most likely tokens
+// in order, ties to the lower id.
+func TestLogprobsOf(t *testing.T) {
+	logits := []float32{1, 3, 3, -2, 0.5, 2}
+	lp := LogprobsOf(logits, 5, 4)
+	var sum float64
+	for _, v := range logits {
+		sum += math.Exp(float64(v))
+	}
+	want := func(i int) float32 { return float32(float64(logits[i]) - math.Log(sum)) }
+	if math.Abs(float64(lp.Logprob-want(5))) > 1e-6 || lp.Token != 5 {
+		t.Fatalf("token 5: %+v, want logprob %v", lp, want(5))
+	}
+	var ids []int
+	for _, x := range lp.Top {
+		ids = append(ids, x.Token)
+		if math.Abs(float64(x.Logprob-want(x.Token))) > 1e-6 {
+			t.Fatalf("top entry %+v, want %v", x, want(x.Token))
+		}
+	}
+	if !slices.Equal(ids, []int{1, 2, 5, 0}) {
+		t.Fatalf("top ids %v, want [1 2 5 0] (ties to the lower id)", ids)
+	}
+	if lp := LogprobsOf(logits, 3, 0); lp.Top != nil || lp.Logprob != want(3) {
+		t.Fatalf("no top asked: %+v", lp)
+	}
+	if lp := LogprobsOf(logits, 0, 99); len(lp.Top) != len(logits) {
+		t.Fatalf("top 99 of 6 logits gave %d entries", len(lp.Top))
+	}
+	// Large logits do not overflow: the sum is taken after the largest.
+	if lp := LogprobsOf([]float32{1000, 1000}, 0, 1); math.Abs(float64(lp.Logprob)+math.Ln2) > 1e-6 {
+		t.Fatalf("two equal logits of 1000: %+v, want log(1/2)", lp)
+	}
+}
+
+// Asking for log probabilities changes nothing in the draw.
+func TestLogprobsLeaveTheDrawAlone(t *testing.T) {
+	logits := []float32{1, 1.2, 0.8, 1.1, 0.9}
+	a, b := New(Params{Temperature: 1, Seed: 3}), New(Params{Temperature: 1, Seed: 3, Logprobs: true, TopLogprobs: 2})
+	for range 50 {
+		if x, y := a.Next(logits), b.Next(logits); x != y {
+			t.Fatalf("draws differ: %d and %d", x, y)
+		}
+	}
+}
+
+func BenchmarkLogprobsOf(b *testing.B) {
+	logits := make([]float32, 32000)
+	for i := range logits {
+		logits[i] = float32(math.Sin(float64(i))) * 5
+	}
+	s := New(Params{Logprobs: true, TopLogprobs: 5})
+	for b.Loop() {
+		s.Logprobs(logits, 7)
+	}
+}
