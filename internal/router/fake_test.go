@@ -58,6 +58,7 @@ type fakeCluster struct {
 	infoDown            func(role string, i int) bool              // that peer's info answers 503
 	prefillAbort        atomic.Bool                                // prefill drops the connection after reading the request
 	expectRefused       atomic.Bool                                // decode answers every expect 409, as for an opened transfer
+	prefillAnswerDelay  time.Duration                              // prefill answers OK this long after the transfer (decode's tokens overtake it)
 }
 
 func newFake() *fakeCluster {
@@ -197,7 +198,12 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 			json.NewEncoder(w).Encode(peerapi.PrefillResult{Error: f.prefillLost})
 			return
 		}
-		json.NewEncoder(w).Encode(peerapi.PrefillResult{OK: true, FirstToken: 100})
+		time.Sleep(f.prefillAnswerDelay)
+		res := peerapi.PrefillResult{OK: true, FirstToken: 100}
+		if req.Sampling.Logprobs {
+			res.FirstLogprobs = fakeLogprobs(100)
+		}
+		json.NewEncoder(w).Encode(res)
 	})
 	mux.HandleFunc(peerapi.PathGenerate, func(w http.ResponseWriter, r *http.Request) {
 		if f.refusePeer(w, RoleDecode) {
@@ -250,7 +256,16 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 			if f.dropAfter > 0 && k == f.dropAfter {
 				panic(http.ErrAbortHandler) // a dropped connection, not a clean end
 			}
-			send(peerapi.Event{Type: peerapi.EventTokens, Tokens: []int{100 + k}})
+			ev := peerapi.Event{Type: peerapi.EventTokens, Tokens: []int{100 + k}}
+			if req.Sampling.Logprobs {
+				// The first token is the prefill's: decode knows
+				// nothing of its log probabilities.
+				ev.Logprobs = []*peerapi.Logprobs{nil}
+				if k > 0 {
+					ev.Logprobs[0] = fakeLogprobs(100 + k)
+				}
+			}
+			send(ev)
 			if f.tokenGap > 0 {
 				select {
 				case <-time.After(f.tokenGap):
@@ -355,4 +370,9 @@ func drain(t *testing.T, st *engine.Stream) ([]int, engine.Result) {
 			return toks, *res
 		}
 	}
+}
+
+// fakeLogprobs is the fake peers' log probabilities of token tok.
+func fakeLogprobs(tok int) *peerapi.Logprobs {
+	return &peerapi.Logprobs{Token: tok, Logprob: -float32(tok) / 100, Top: []peerapi.TokenLogprob{{Token: tok, Logprob: -float32(tok) / 100}}}
 }

@@ -7,13 +7,16 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/peerapi"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 )
 
 // connCount is the key of a connection's request counter in a request's
@@ -157,5 +160,47 @@ func TestFakePrefillAnswersAsPrefillsrv(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK || res.OK || res.Error == nil || res.Error.Code != f.prefillErr.Code {
 		t.Fatalf("HTTP %d %+v; prefillsrv answers 200 with the error in the result", resp.StatusCode, res)
+	}
+}
+
+// TestFirstLogprobsComeFromPrefill: decode cannot know the first token's
+// log probabilities (the prefill server drew it), so the router takes
+// them from the prefill's answer, even when decode's tokens overtake that
+// answer; decode's own entries follow as they are.
+func TestFirstLogprobsComeFromPrefill(t *testing.T) {
+	f := newFake()
+	f.prefillAnswerDelay = 100 * time.Millisecond
+	r, _ := f.start(t, 1, 1)
+	a, rej := engine.Admit(engine.Request{Tenant: "acme", Prompt: []int{1, 2, 3, 4, 5, 6, 7}, MaxTokens: 3,
+		Sampling: sample.Params{Logprobs: true, TopLogprobs: 1}}, r.Limits())
+	if rej != nil {
+		t.Fatal(rej)
+	}
+	st, err := r.Submit(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []int
+	var lps []*sample.Logprobs
+	for {
+		tk, lp, res, err := st.NextWith(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, lps = append(toks, tk...), append(lps, lp...)
+		if res != nil {
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			break
+		}
+	}
+	if len(toks) != 3 || len(lps) != 3 {
+		t.Fatalf("%d tokens, %d log probabilities", len(toks), len(lps))
+	}
+	for i, lp := range lps {
+		if want := fakeLogprobs(toks[i]).Sample(); !reflect.DeepEqual(lp, want) {
+			t.Fatalf("token %d (%d): %+v, want %+v", i, toks[i], lp, want)
+		}
 	}
 }
