@@ -15,6 +15,8 @@
 //   - take a tenant from the request body: the tenant comes from the key;
 //   - submit a request that admission rejected, or substitute anything for
 //     a prompt that is too long;
+//   - show a log probability the engine did not give: a token without
+//     one, when they were asked for, fails the request;
 //   - answer 200 for a failed generation, or end a failed stream with a
 //     finish_reason or [DONE]: a client must never mistake a failure for
 //     a success.

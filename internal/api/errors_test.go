@@ -335,7 +335,7 @@ func TestBackendCancelAfterClientLeftIsDisconnect(t *testing.T) {
 	cancel()
 	d := h.fake.tok.NewDecoder(1)
 	g := &generation{s: h.srv, c: &call{tenant: "a"}, prompt: []int{1}, stream: st, cancel: cancel, dec: d, flush: d.Flush}
-	_, out := g.collect(cctx)
+	_, _, out := g.collect(cctx)
 	if out.err == nil || !isDisconnect(out.err) {
 		t.Fatalf("outcome %+v: want a disconnect", out.err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/metrics"
+	"github.com/bulkhead-llm/bulkhead/internal/sample"
 	"github.com/bulkhead-llm/bulkhead/internal/tokenizer"
 )
 
@@ -35,6 +36,22 @@ type fakeBackend struct {
 	failErr    *errkind.Error
 	lieAboutPN int           // > 0: report this many prompt tokens instead of the truth
 	delay      time.Duration // between tokens (default 20µs)
+	// lpHole > 0: for a request that asked for log probabilities, the
+	// token at this 1-based position comes without them.
+	lpHole int
+}
+
+// fakeLogprobs is what the fake reports for the n-th (0-based) token t
+// of a reply: t with log probability -(n+1)/100, and top alternatives
+// t+1, t+2, ... (mod vocab) at -1, -2, ...: most likely first, as the
+// engine orders them. The alternatives leave t out, so that tests can
+// tell the sampled token's entry from theirs.
+func fakeLogprobs(t, n, top, vocab int) *sample.Logprobs {
+	lp := &sample.Logprobs{Token: t, Logprob: -float32(n+1) / 100}
+	for k := range top {
+		lp.Top = append(lp.Top, sample.TokenLogprob{Token: (t + 1 + k) % vocab, Logprob: -float32(k + 1)})
+	}
+	return lp
 }
 
 const defaultReply = " Once upon a time, there was a little cat. The cat was happy."
@@ -86,7 +103,15 @@ func (f *fakeBackend) Submit(ctx context.Context, a engine.Admitted) (*engine.St
 				st.Close(engine.Result{Finish: engine.FinishLength, Usage: engine.Usage{PromptTokens: pn, CompletionTokens: n}})
 				return
 			}
-			st.Push(t)
+			if req.Sampling.Logprobs {
+				var lp *sample.Logprobs
+				if n+1 != f.lpHole {
+					lp = fakeLogprobs(t, n, req.Sampling.TopLogprobs, f.tok.VocabSize())
+				}
+				st.PushWith([]int{t}, []*sample.Logprobs{lp})
+			} else {
+				st.Push(t)
+			}
 			n++
 			time.Sleep(max(f.delay, 20*time.Microsecond)) // let the consumer see tokens one by one
 			if t == f.tok.EOS() {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bulkhead-llm/bulkhead/internal/chat"
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
@@ -128,6 +129,13 @@ type generation struct {
 	first   time.Time
 	last    time.Time
 	outcome *outcome
+
+	// logprobs is true when the request asked for log probabilities:
+	// pending holds the entries of tokens whose text is not released
+	// yet, and chars counts the characters decoded so far (text_offset).
+	logprobs bool
+	pending  []tokenEntry
+	chars    int
 }
 
 // admit admits req, whose MaxTokens is 0 when the client sent none:
@@ -176,35 +184,44 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, c *call, promp
 	}
 	d := s.tok.NewDecoder(prompt[len(prompt)-1])
 	g := &generation{s: s, c: c, prompt: prompt, stream: st, cancel: cancel, dec: d, flush: d.Flush,
-		stops: stopMatcher{stops: p.stop}}
+		stops: stopMatcher{stops: p.stop}, logprobs: p.sampling.Logprobs}
 	c.promptToks = len(prompt)
 	id := newID(isChat)
+	lf := logprobsFormat{on: p.sampling.Logprobs, top: p.sampling.TopLogprobs, isChat: isChat, tok: s.tok}
 	if p.stream {
-		s.streamResponse(w, r, g, id, isChat, p.includeUsage)
+		s.streamResponse(w, r, g, id, lf, p.includeUsage)
 		return
 	}
-	text, out := g.collect(r.Context())
+	text, entries, out := g.collect(r.Context())
 	s.finishMetrics(g, out)
 	if out.err != nil {
 		s.failBeforeStart(w, r, out)
 		return
 	}
-	writeJSON(w, http.StatusOK, fullResponse(id, s.opts.ModelName, isChat, text, out))
+	writeJSON(w, http.StatusOK, fullResponse(id, s.opts.ModelName, isChat, text, lf.render(entries), out))
 }
 
-// next returns the text released by the next batch of tokens, or the
-// outcome once generation has ended.
-func (g *generation) next(ctx context.Context) (string, *outcome) {
+// next returns the text released by the next batch of tokens, with the
+// log probabilities (when asked for) of the tokens consumed up to the last
+// one that released text; or the outcome once generation has ended, with
+// every entry still held. So an entry travels with the first text
+// released after its token was consumed: the text of a token held back
+// (an incomplete character, a possible stop sequence) comes later, and
+// so does its entry. When a stop sequence is found, the tokens consumed
+// up to and including the one that completed it keep their entries: they
+// were generated, and usage counts them.
+func (g *generation) next(ctx context.Context) (string, []tokenEntry, *outcome) {
 	if g.outcome != nil {
-		return "", g.outcome
+		return "", g.takeEntries(len(g.pending)), g.outcome
 	}
-	toks, res, err := g.stream.Next(ctx)
+	toks, lps, res, err := g.stream.NextWith(ctx)
 	if err != nil {
 		// The client went away: the deferred cancel frees the request.
-		return "", g.end(nil, errDisconnected(err))
+		return "", nil, g.end(nil, errDisconnected(err))
 	}
 	var b strings.Builder
-	for _, t := range toks {
+	released := 0 // entries whose tokens precede the last text released
+	for i, t := range toks {
 		now := time.Now()
 		if g.count == 0 {
 			g.first = now
@@ -214,32 +231,61 @@ func (g *generation) next(ctx context.Context) (string, *outcome) {
 		}
 		g.last = now
 		g.count++
-		rel, stopped := g.stops.add(g.dec.Add(t))
+		if g.logprobs {
+			lp, lerr := entryOf(lps, i, t)
+			if lerr != nil {
+				// Fail the request rather than show a made-up number:
+				// cancel it so the backend frees it at once.
+				g.cancel()
+				return "", nil, g.end(nil, lerr)
+			}
+			g.pending = append(g.pending, tokenEntry{lp: lp, offset: g.chars})
+		}
+		dec := g.dec.Add(t)
+		g.chars += utf8.RuneCountInString(dec)
+		rel, stopped := g.stops.add(dec)
 		b.WriteString(rel)
 		if stopped {
-			return b.String(), g.stopHit()
+			out := g.stopHit()
+			return b.String(), g.takeEntries(len(g.pending)), out
+		}
+		if rel != "" {
+			released = len(g.pending)
 		}
 	}
 	if res == nil {
-		return b.String(), nil
+		return b.String(), g.takeEntries(released), nil
 	}
 	if res.Err != nil {
 		if clientLeft(ctx, res.Err) {
 			// The backend ended the request because the client left
 			// (Stream.Next hands over a queued Result before it looks
 			// at ctx): a disconnect, as when Next sees ctx end first.
-			return b.String(), g.end(res, errDisconnected(ctx.Err()))
+			return b.String(), nil, g.end(res, errDisconnected(ctx.Err()))
 		}
-		return b.String(), g.end(res, res.Err)
+		return b.String(), nil, g.end(res, res.Err)
 	}
 	// Success: the decoder's held bytes, then the matcher's held tail.
 	rel, stopped := g.stops.add(g.flush())
 	b.WriteString(rel)
 	if stopped {
-		return b.String(), g.end(res, nil, engine.FinishStop)
+		return b.String(), g.takeEntries(len(g.pending)), g.end(res, nil, engine.FinishStop)
 	}
 	b.WriteString(g.stops.flush())
-	return b.String(), g.end(res, nil)
+	return b.String(), g.takeEntries(len(g.pending)), g.end(res, nil)
+}
+
+// takeEntries hands over the first n held entries.
+func (g *generation) takeEntries(n int) []tokenEntry {
+	if n == 0 {
+		return nil
+	}
+	out := g.pending[:n:n]
+	g.pending = g.pending[n:]
+	if len(g.pending) == 0 {
+		g.pending = nil // let the handed-over entries go with their chunk
+	}
+	return out
 }
 
 // stopHit ends a generation whose output reached a stop sequence: the
@@ -304,15 +350,18 @@ func errPromptMismatch(reported, submitted int) *errkind.Error {
 	return errkind.New(errkind.Integrity, "prompt_mismatch", "the engine reported processing %d prompt tokens for a %d-token prompt; the output was withheld", reported, submitted)
 }
 
-// collect runs a generation to the end and returns its text (which must
-// not be shown when the outcome is an error).
-func (g *generation) collect(ctx context.Context) (string, *outcome) {
+// collect runs a generation to the end and returns its text and its
+// tokens' log probabilities (when asked for), which must not be shown
+// when the outcome is an error.
+func (g *generation) collect(ctx context.Context) (string, []tokenEntry, *outcome) {
 	var b strings.Builder
+	var all []tokenEntry
 	for {
-		text, out := g.next(ctx)
+		text, entries, out := g.next(ctx)
 		b.WriteString(text)
+		all = append(all, entries...)
 		if out != nil {
-			return b.String(), out
+			return b.String(), all, out
 		}
 	}
 }

@@ -440,11 +440,12 @@ func contentText(raw json.RawMessage, i int) (string, *errkind.Error) {
 	return b.String(), nil
 }
 
-// unsupportedCompletion refuses completion fields that are accepted by
-// OpenAI but not implemented here, rather than silently ignoring them.
 func (c *completionRequest) modelName() string { return c.Model }
 func (c *chatRequest) modelName() string       { return c.Model }
 
+// unsupported refuses completion fields that are accepted by OpenAI but
+// not implemented here, rather than silently ignoring them. echo is among
+// them: prompt log probabilities are not computed.
 func (c *completionRequest) unsupported() *errkind.Error {
 	switch {
 	case c.Echo != nil && *c.Echo:
@@ -453,18 +454,51 @@ func (c *completionRequest) unsupported() *errkind.Error {
 		return badInput("suffix", "unsupported_value", "suffix is not supported")
 	case c.BestOf != nil && *c.BestOf != 1:
 		return badInput("best_of", "unsupported_value", "best_of must be 1")
-	case c.Logprobs != nil:
-		return badInput("logprobs", "unsupported_value", "logprobs is not supported")
 	}
 	return nil
 }
 
+// resolve validates a completion request's fields for a model of vocab
+// tokens. logprobs is a count of alternatives (0 to 5), null for off.
+func (c *completionRequest) resolve(vocab int) (genParams, *errkind.Error) {
+	g, err := c.commonParams.resolve(vocab)
+	if err != nil {
+		return g, err
+	}
+	if n := c.Logprobs; n != nil {
+		if *n < 0 || *n > maxCompletionLogprobs {
+			return g, badInput("logprobs", "invalid_value", "logprobs is %d; it must be between 0 and %d", *n, maxCompletionLogprobs)
+		}
+		g.sampling.Logprobs, g.sampling.TopLogprobs = true, *n
+	}
+	return g, nil
+}
+
+// resolve validates a chat request's fields for a model of vocab tokens.
+// top_logprobs (0 to 20) may only come with logprobs true, as OpenAI
+// requires: a count of alternatives for log probabilities not asked for
+// is a mistake worth telling.
+func (c *chatRequest) resolve(vocab int) (genParams, *errkind.Error) {
+	g, err := c.commonParams.resolve(vocab)
+	if err != nil {
+		return g, err
+	}
+	on := c.Logprobs != nil && *c.Logprobs
+	if n := c.TopLogprobs; n != nil {
+		switch {
+		case *n < 0 || *n > sample.MaxTopLogprobs:
+			return g, badInput("top_logprobs", "invalid_value", "top_logprobs is %d; it must be between 0 and %d", *n, sample.MaxTopLogprobs)
+		case !on:
+			return g, badInput("top_logprobs", "invalid_value", "top_logprobs is only allowed when logprobs is true")
+		}
+		g.sampling.TopLogprobs = *n
+	}
+	g.sampling.Logprobs = on
+	return g, nil
+}
+
 func (c *chatRequest) unsupported() *errkind.Error {
 	switch {
-	case c.Logprobs != nil && *c.Logprobs:
-		return badInput("logprobs", "unsupported_value", "logprobs is not supported")
-	case c.TopLogprobs != nil:
-		return badInput("top_logprobs", "unsupported_value", "top_logprobs is not supported")
 	case !isNullish(c.Tools):
 		return badInput("tools", "unsupported_value", "tools are not supported")
 	case !isNullish(c.ToolChoice) && string(bytes.TrimSpace(c.ToolChoice)) != `"none"`:

@@ -55,9 +55,11 @@ type response struct {
 	Usage   *usageJSON `json:"usage,omitempty"`
 }
 
-func fullResponse(id, model string, isChat bool, text string, out *outcome) response {
+// fullResponse is a non-streaming response; logprobs is the choice's
+// (nil: null).
+func fullResponse(id, model string, isChat bool, text string, logprobs any, out *outcome) response {
 	finish := string(out.finish)
-	ch := choice{FinishReason: &finish}
+	ch := choice{FinishReason: &finish, Logprobs: logprobs}
 	obj := "text_completion"
 	if isChat {
 		obj = "chat.completion"
@@ -76,6 +78,7 @@ type sse struct {
 	model   string
 	created int64
 	isChat  bool
+	lf      logprobsFormat
 }
 
 func (e *sse) send(v any) error {
@@ -101,8 +104,9 @@ func (e *sse) chunk(ch *choice, usage *usageJSON) response {
 	return r
 }
 
-func (e *sse) text(s string) error {
-	ch := choice{}
+// text sends a chunk of text with the entries of the tokens it releases.
+func (e *sse) text(s string, entries []tokenEntry) error {
+	ch := choice{Logprobs: e.lf.render(entries)}
 	if e.isChat {
 		ch.Delta = &message{Content: s}
 	} else {
@@ -111,9 +115,14 @@ func (e *sse) text(s string) error {
 	return e.send(e.chunk(&ch, nil))
 }
 
-func (e *sse) finish(reason engine.FinishReason) error {
+// finish sends the finish_reason, with the entries of tokens whose text
+// was never released (a stop sequence's), if any.
+func (e *sse) finish(reason engine.FinishReason, entries []tokenEntry) error {
 	f := string(reason)
 	ch := choice{FinishReason: &f}
+	if len(entries) > 0 {
+		ch.Logprobs = e.lf.render(entries)
+	}
 	if e.isChat {
 		ch.Delta = &message{}
 	} else {
@@ -128,11 +137,14 @@ func (e *sse) finish(reason engine.FinishReason) error {
 // request that fails before producing anything gets a plain error status.
 // After that, a failure ends the stream with an error event and neither a
 // finish_reason nor [DONE]: clients see an error, never a short success.
-func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *generation, id string, isChat, includeUsage bool) {
+func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *generation, id string, lf logprobsFormat, includeUsage bool) {
 	ctx := r.Context()
-	text, out := g.next(ctx)
+	isChat := lf.isChat
+	// next hands out entries only with text or with the outcome, so none
+	// is lost while this waits for the first text.
+	text, entries, out := g.next(ctx)
 	for text == "" && out == nil {
-		text, out = g.next(ctx)
+		text, entries, out = g.next(ctx)
 	}
 	if out != nil && out.err != nil {
 		s.finishMetrics(g, out)
@@ -144,7 +156,7 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *gener
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	e := &sse{w: w, rc: http.NewResponseController(w), id: id, model: s.opts.ModelName, created: time.Now().Unix(), isChat: isChat}
+	e := &sse{w: w, rc: http.NewResponseController(w), id: id, model: s.opts.ModelName, created: time.Now().Unix(), isChat: isChat, lf: lf}
 	if isChat {
 		role := choice{Delta: &message{Role: "assistant", Content: ""}}
 		if e.send(e.chunk(&role, nil)) != nil {
@@ -152,13 +164,16 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *gener
 		}
 	}
 	for {
-		if text != "" && e.text(text) != nil {
-			return
+		if text != "" {
+			if e.text(text, entries) != nil {
+				return
+			}
+			entries = nil
 		}
 		if out != nil {
 			break
 		}
-		text, out = g.next(ctx)
+		text, entries, out = g.next(ctx)
 	}
 	s.finishMetrics(g, out)
 	if out.err != nil {
@@ -170,7 +185,7 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, g *gener
 		s.logFailure(r, out)
 		return
 	}
-	if e.finish(out.finish) != nil {
+	if e.finish(out.finish, entries) != nil {
 		return
 	}
 	if includeUsage && e.send(e.chunk(nil, usageOf(out.usage))) != nil {

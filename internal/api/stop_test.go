@@ -100,6 +100,8 @@ func TestNoSpecialTokenInjection(t *testing.T) {
 func FuzzCompletionRequest(f *testing.F) {
 	// More seeds are in testdata/fuzz/FuzzCompletionRequest.
 	f.Add([]byte(`{"model":"stories260K","prompt":"x","stop":["a"],"max_tokens":3}`))
+	f.Add([]byte(`{"model":"stories260K","prompt":"x","logprobs":5}`))
+	f.Add([]byte(`{"model":"stories260K","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		// The chat decoder walks more nesting (messages, content parts,
 		// response_format): every rejection names what it refuses.
@@ -111,6 +113,15 @@ func FuzzCompletionRequest(f *testing.F) {
 		} else {
 			_ = chatReq.unsupported()
 			_, _ = parseMessages(chatReq.Messages)
+			// What resolve accepts, the sampler accepts: logprobs and
+			// top_logprobs included.
+			if g, err := chatReq.resolve(512); err != nil {
+				if status, _ := statusOf(err); status != 400 || err.Message == "" || err.Param == "" {
+					t.Fatalf("chat resolve error %d %q param %q", status, err.Message, err.Param)
+				}
+			} else if verr := g.sampling.Validate(); verr != nil {
+				t.Fatalf("chat resolved %+v, which the sampler refuses: %v", g.sampling, verr)
+			}
 		}
 		var req completionRequest
 		if err := decodeBody(strings.NewReader(string(body)), &req); err != nil {
@@ -129,6 +140,9 @@ func FuzzCompletionRequest(f *testing.F) {
 		}
 		if len(g.stop) > maxStops || g.maxTokens < 0 {
 			t.Fatalf("resolved %+v", g)
+		}
+		if verr := g.sampling.Validate(); verr != nil || g.sampling.TopLogprobs > maxCompletionLogprobs {
+			t.Fatalf("resolved %+v, which the sampler refuses: %v", g.sampling, verr)
 		}
 		in, err := parsePrompt(req.Prompt, 512)
 		if err == nil {
