@@ -242,7 +242,9 @@ func (g *generation) next(ctx context.Context) (string, []tokenEntry, *outcome) 
 			g.pending = append(g.pending, tokenEntry{lp: lp, offset: g.chars})
 		}
 		dec := g.dec.Add(t)
-		g.chars += utf8.RuneCountInString(dec)
+		if g.logprobs {
+			g.chars += utf8.RuneCountInString(dec) // text_offset
+		}
 		rel, stopped := g.stops.add(dec)
 		b.WriteString(rel)
 		if stopped {

@@ -9,6 +9,9 @@
 package peerapi
 
 import (
+	"encoding/json"
+	"math"
+
 	"github.com/bulkhead-llm/bulkhead/internal/engine"
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
@@ -193,14 +196,53 @@ type PrefillResult struct {
 // Logprobs is sample.Logprobs on the wire.
 type Logprobs struct {
 	Token   int            `json:"token"`
-	Logprob float32        `json:"logprob"`
+	Logprob Float          `json:"logprob"`
 	Top     []TokenLogprob `json:"top,omitempty"`
 }
 
 // TokenLogprob is sample.TokenLogprob on the wire.
 type TokenLogprob struct {
-	Token   int     `json:"token"`
-	Logprob float32 `json:"logprob"`
+	Token   int   `json:"token"`
+	Logprob Float `json:"logprob"`
+}
+
+// Float is a float32 that crosses JSON whole: NaN and the infinities,
+// which JSON numbers cannot carry (a log probability of a masked token is
+// -Inf), go as the strings "NaN", "+Inf" and "-Inf". Without it a peer's
+// answer would fail to encode where serve answers the same request.
+type Float float32
+
+// MarshalJSON writes f as a number, or as a string when it is not finite.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	}
+	return json.Marshal(float32(f))
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"NaN"`:
+		*f = Float(math.NaN())
+	case `"+Inf"`:
+		*f = Float(math.Inf(1))
+	case `"-Inf"`:
+		*f = Float(math.Inf(-1))
+	default:
+		var v float32
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		*f = Float(v)
+	}
+	return nil
 }
 
 // FromLogprobs encodes lp for the wire; nil stays nil.
@@ -208,9 +250,9 @@ func FromLogprobs(lp *sample.Logprobs) *Logprobs {
 	if lp == nil {
 		return nil
 	}
-	w := &Logprobs{Token: lp.Token, Logprob: lp.Logprob}
+	w := &Logprobs{Token: lp.Token, Logprob: Float(lp.Logprob)}
 	for _, t := range lp.Top {
-		w.Top = append(w.Top, TokenLogprob{Token: t.Token, Logprob: t.Logprob})
+		w.Top = append(w.Top, TokenLogprob{Token: t.Token, Logprob: Float(t.Logprob)})
 	}
 	return w
 }
@@ -220,9 +262,9 @@ func (w *Logprobs) Sample() *sample.Logprobs {
 	if w == nil {
 		return nil
 	}
-	lp := &sample.Logprobs{Token: w.Token, Logprob: w.Logprob}
+	lp := &sample.Logprobs{Token: w.Token, Logprob: float32(w.Logprob)}
 	for _, t := range w.Top {
-		lp.Top = append(lp.Top, sample.TokenLogprob{Token: t.Token, Logprob: t.Logprob})
+		lp.Top = append(lp.Top, sample.TokenLogprob{Token: t.Token, Logprob: float32(t.Logprob)})
 	}
 	return lp
 }

@@ -2,6 +2,7 @@ package peerapi
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 
@@ -59,5 +60,23 @@ func TestLogprobsRoundTrip(t *testing.T) {
 	}
 	if len(ev.Logprobs) != 2 || ev.Logprobs[0] != nil || !reflect.DeepEqual(ev.Logprobs[1].Sample(), in) {
 		t.Fatalf("%s came back as %+v", b, ev.Logprobs)
+	}
+}
+
+// A log probability that is not finite (a masked token's -Inf) crosses
+// the wire as it is, where a JSON number could not carry it.
+func TestFloatCarriesInfinities(t *testing.T) {
+	for _, v := range []float32{-0.5, 0, float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN())} {
+		b, err := json.Marshal(TokenLogprob{Token: 1, Logprob: Float(v)})
+		if err != nil {
+			t.Fatalf("%v: %v", v, err)
+		}
+		var back TokenLogprob
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if got := float32(back.Logprob); got != v && !(got != got && v != v) {
+			t.Fatalf("%v crossed as %s and came back %v", v, b, got)
+		}
 	}
 }

@@ -198,7 +198,11 @@ func (f *fakeCluster) handler(role string, i int) http.Handler {
 			json.NewEncoder(w).Encode(peerapi.PrefillResult{Error: f.prefillLost})
 			return
 		}
-		time.Sleep(f.prefillAnswerDelay)
+		select {
+		case <-time.After(f.prefillAnswerDelay):
+		case <-r.Context().Done():
+			return
+		}
 		res := peerapi.PrefillResult{OK: true, FirstToken: 100}
 		if req.Sampling.Logprobs {
 			res.FirstLogprobs = fakeLogprobs(100)
@@ -374,5 +378,6 @@ func drain(t *testing.T, st *engine.Stream) ([]int, engine.Result) {
 
 // fakeLogprobs is the fake peers' log probabilities of token tok.
 func fakeLogprobs(tok int) *peerapi.Logprobs {
-	return &peerapi.Logprobs{Token: tok, Logprob: -float32(tok) / 100, Top: []peerapi.TokenLogprob{{Token: tok, Logprob: -float32(tok) / 100}}}
+	lp := peerapi.Float(-float32(tok) / 100)
+	return &peerapi.Logprobs{Token: tok, Logprob: lp, Top: []peerapi.TokenLogprob{{Token: tok, Logprob: lp}}}
 }

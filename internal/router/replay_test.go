@@ -204,3 +204,48 @@ func TestFirstLogprobsComeFromPrefill(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstLogprobsLostFailsTheRequest: when the prefill's answer, which
+// carries the first token's log probabilities, fails after decode took
+// the KV, or does not come in time, a request that asked for them fails
+// with a clear error soon after, rather than stall or show a made-up
+// figure.
+func TestFirstLogprobsLostFailsTheRequest(t *testing.T) {
+	old := firstLogprobsWait
+	firstLogprobsWait = 200 * time.Millisecond
+	defer func() { firstLogprobsWait = old }()
+	for name, setup := range map[string]func(f *fakeCluster){
+		"answer failed": func(f *fakeCluster) {
+			f.prefillLost = &peerapi.Error{Kind: "unavailable", Code: "transfer_timeout", Message: "no acknowledgement"}
+			f.prefillLostAfter = 50 * time.Millisecond
+		},
+		"answer late": func(f *fakeCluster) { f.prefillAnswerDelay = 2 * time.Second },
+	} {
+		f := newFake()
+		setup(f)
+		r, _ := f.start(t, 1, 1)
+		a, rej := engine.Admit(engine.Request{Tenant: "acme", Prompt: []int{1, 2, 3, 4, 5, 6, 7}, MaxTokens: 3,
+			Sampling: sample.Params{Logprobs: true}}, r.Limits())
+		if rej != nil {
+			t.Fatal(rej)
+		}
+		start := time.Now()
+		st, err := r.Submit(context.Background(), a)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var res *engine.Result
+		var toks []int
+		for res == nil {
+			var tk []int
+			tk, _, res, err = st.NextWith(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks = append(toks, tk...)
+		}
+		if res.Err == nil || res.Err.Code != "logprobs_unavailable" || len(toks) != 0 || time.Since(start) > 1500*time.Millisecond {
+			t.Fatalf("%s: %d tokens, %+v after %v; want logprobs_unavailable, no token, within the wait", name, len(toks), res, time.Since(start))
+		}
+	}
+}

@@ -241,6 +241,12 @@ func (x *exchange) reserve(ctx context.Context) *errkind.Error {
 	}
 }
 
+// firstLogprobsWait bounds how long decode's first token waits for the
+// prefill answer that carries its log probabilities. That answer follows
+// decode's acknowledgement of the transfer within a round trip; one that
+// takes seconds was lost. A variable for tests.
+var firstLogprobsWait = 5 * time.Second
+
 // readDecode runs the generate call and turns its events into the
 // exchange's channels and stream: reservation outcome first, then tokens
 // (pushed to the stream, which only reaches the client if the exchange
@@ -321,11 +327,22 @@ func (x *exchange) readDecode() {
 			if pushed == 0 && len(lps) > 0 && lps[0] == nil {
 				// The first token is the prefill server's: its log
 				// probabilities come with its answer, which can trail
-				// decode's first tokens by a moment.
+				// decode's first tokens by a moment (both follow decode's
+				// acknowledgement of the transfer). An answer that failed,
+				// or does not come, fails the request: decode's tokens
+				// stay unread meanwhile, and a made-up figure is no answer.
+				wait := time.NewTimer(firstLogprobsWait)
 				select {
 				case <-x.firstSet:
 					lps[0] = x.first
 				case <-x.lctx.Done():
+				case <-wait.C:
+				}
+				wait.Stop()
+				if lps[0] == nil && x.lctx.Err() == nil {
+					end(errkind.New(errkind.Unavailable, "logprobs_unavailable",
+						"the prefill server's answer, which carries the first token's log probabilities, did not come"), engine.Result{})
+					return
 				}
 			}
 			pushed += len(ev.Tokens)

@@ -74,8 +74,8 @@ func logprobsOf(logits []float32, tok, top int, scratch []float32) Logprobs {
 	// insertion: top is small, and most logits fall below the last.
 	ids := make([]int, 0, top)
 	for i, v := range logits {
-		if len(ids) == top && !(v > logits[ids[top-1]]) {
-			continue
+		if v != v || len(ids) == top && !(v > logits[ids[top-1]]) {
+			continue // a NaN has no place in an order
 		}
 		k := len(ids)
 		if k < top {

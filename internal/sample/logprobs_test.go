@@ -36,19 +36,31 @@ func TestLogprobsOf(t *testing.T) {
 	if lp := LogprobsOf(logits, 0, 99); len(lp.Top) != len(logits) {
 		t.Fatalf("top 99 of 6 logits gave %d entries", len(lp.Top))
 	}
+	// A NaN logit has no place among the top.
+	if lp := LogprobsOf([]float32{1, float32(math.NaN()), 3}, 2, 3); len(lp.Top) != 2 || lp.Top[0].Token != 2 || lp.Top[1].Token != 0 {
+		t.Fatalf("with a NaN logit: %+v", lp)
+	}
 	// Large logits do not overflow: the sum is taken after the largest.
 	if lp := LogprobsOf([]float32{1000, 1000}, 0, 1); math.Abs(float64(lp.Logprob)+math.Ln2) > 1e-6 {
 		t.Fatalf("two equal logits of 1000: %+v, want log(1/2)", lp)
 	}
 }
 
-// Asking for log probabilities changes nothing in the draw.
+// Asking for log probabilities changes nothing in the draw, though they
+// are computed in the sampler's own scratch between draws.
 func TestLogprobsLeaveTheDrawAlone(t *testing.T) {
 	logits := []float32{1, 1.2, 0.8, 1.1, 0.9}
-	a, b := New(Params{Temperature: 1, Seed: 3}), New(Params{Temperature: 1, Seed: 3, Logprobs: true, TopLogprobs: 2})
+	p := Params{Temperature: 1, TopP: 0.9, Seed: 3, FrequencyPenalty: 0.3}
+	a := New(p)
+	p.Logprobs, p.TopLogprobs = true, 2
+	b := New(p)
 	for range 50 {
-		if x, y := a.Next(logits), b.Next(logits); x != y {
+		x, y := a.Next(logits), b.Next(logits)
+		if x != y {
 			t.Fatalf("draws differ: %d and %d", x, y)
+		}
+		if lp := b.Logprobs(logits, y); lp.Token != y || len(lp.Top) != 2 {
+			t.Fatalf("logprobs %+v of token %d", lp, y)
 		}
 	}
 }
