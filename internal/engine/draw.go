@@ -18,7 +18,7 @@ type draws struct {
 	reqs    []*request
 	logits  [][]float32
 	toks    []int
-	lps     []*sample.Logprobs // for requests that asked for them, else nil
+	lps     []*sample.Logprobs      // for requests that asked for them, else nil
 	fn      func(chunk, lo, hi int) // bound once, so that a step allocates nothing
 }
 
