@@ -145,17 +145,7 @@ func (s *Server) Run(ctx context.Context, controlLn net.Listener) error {
 
 	changed, stopWatch := server.WatchModel(s.Model, s.opts.ModelCheckEvery)
 	defer stopWatch()
-	var err, modelErr error
-	drain := s.opts.Drain
-	select {
-	case err = <-served:
-	case <-ctx.Done():
-	case modelErr = <-changed:
-		// The weights changed with the file: nothing in flight may finish
-		// on them, so no drain.
-		s.log.Error("stopping: the model file was modified under the server", "err", modelErr)
-		drain = 0
-	}
+	err, modelErr, drain := server.AwaitStop(ctx, served, changed, s.log, s.opts.Drain)
 	s.ready.Store(false)
 	if err == nil {
 		sctx, cancel := context.WithTimeout(context.Background(), drain)

@@ -270,20 +270,11 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, drain time.Duration) 
 
 	changed, stopWatch := WatchModel(s.Model, s.ModelCheckEvery)
 	defer stopWatch() // runs before the deferred Model.Close above
-	var modelErr error
-	select {
-	case err := <-served:
-		s.ready.Store(false)
-		return err
-	case <-ctx.Done():
-	case modelErr = <-changed:
-		// The weights changed with the file: nothing in flight may finish
-		// on them, so no drain; what runs is failed with a clean error.
-		s.ready.Store(false)
-		s.Log.Error("stopping: the model file was modified under the server", "err", modelErr)
-		drain = 0
-	}
+	servedErr, modelErr, drain := AwaitStop(ctx, served, changed, s.Log, drain)
 	s.ready.Store(false)
+	if servedErr != nil {
+		return servedErr
+	}
 	s.Log.Info("shutting down", "drain", drain.String())
 	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -49,4 +51,20 @@ func WatchModel(m *model.Model, every time.Duration) (changed <-chan error, stop
 		once.Do(func() { close(quit) })
 		wg.Wait()
 	}
+}
+
+// AwaitStop waits for what ends a server's Run: its HTTP server stopping
+// on its own (served, whose error it returns as err), ctx ending (a
+// signal: drain as configured), or the model file changing (changed, from
+// WatchModel: the error comes back as modelErr, logged, and drain becomes
+// 0, since nothing in flight may finish on weights that changed).
+func AwaitStop(ctx context.Context, served, changed <-chan error, log *slog.Logger, drain time.Duration) (err, modelErr error, drainFor time.Duration) {
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	case modelErr = <-changed:
+		log.Error("stopping: the model file was modified under the server", "err", modelErr)
+		drain = 0
+	}
+	return err, modelErr, drain
 }
