@@ -57,16 +57,6 @@ type exchange struct {
 	settled  sync.Once
 }
 
-// settleFirst records the first token's log probabilities (nil: none
-// came) once the prefill leg's outcome is known, and lets readDecode,
-// which waits for them before it hands the first token on, go on.
-func (x *exchange) settleFirst(lp *peerapi.Logprobs) {
-	x.settled.Do(func() {
-		x.first = lp.Sample()
-		close(x.firstSet)
-	})
-}
-
 // Submit runs an admitted request: reserve on the least-loaded decode
 // peer, then prefill on the least-loaded prefill peer, then stream
 // decode's tokens. It returns once the transfer verified (prefill's
@@ -241,12 +231,6 @@ func (x *exchange) reserve(ctx context.Context) *errkind.Error {
 	}
 }
 
-// firstLogprobsWait bounds how long decode's first token waits for the
-// prefill answer that carries its log probabilities. That answer follows
-// decode's acknowledgement of the transfer within a round trip; one that
-// takes seconds was lost. A variable for tests.
-var firstLogprobsWait = 5 * time.Second
-
 // readDecode runs the generate call and turns its events into the
 // exchange's channels and stream: reservation outcome first, then tokens
 // (pushed to the stream, which only reaches the client if the exchange
@@ -318,32 +302,10 @@ func (x *exchange) readDecode() {
 				x.st.Push(ev.Tokens...)
 				break
 			}
-			lps := make([]*sample.Logprobs, len(ev.Tokens))
-			for i := range lps {
-				if i < len(ev.Logprobs) {
-					lps[i] = ev.Logprobs[i].Sample()
-				}
-			}
-			if pushed == 0 && len(lps) > 0 && lps[0] == nil {
-				// The first token is the prefill server's: its log
-				// probabilities come with its answer, which can trail
-				// decode's first tokens by a moment (both follow decode's
-				// acknowledgement of the transfer). An answer that failed,
-				// or does not come, fails the request: decode's tokens
-				// stay unread meanwhile, and a made-up figure is no answer.
-				wait := time.NewTimer(firstLogprobsWait)
-				select {
-				case <-x.firstSet:
-					lps[0] = x.first
-				case <-x.lctx.Done():
-				case <-wait.C:
-				}
-				wait.Stop()
-				if lps[0] == nil && x.lctx.Err() == nil {
-					end(errkind.New(errkind.Unavailable, "logprobs_unavailable",
-						"the prefill server's answer, which carries the first token's log probabilities, did not come"), engine.Result{})
-					return
-				}
+			lps, e := x.logprobsOf(ev, pushed == 0)
+			if e != nil {
+				end(e, engine.Result{})
+				return
 			}
 			pushed += len(ev.Tokens)
 			x.st.PushWith(ev.Tokens, lps)
