@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"unicode/utf8"
 
 	"github.com/bulkhead-llm/bulkhead/internal/errkind"
 	"github.com/bulkhead-llm/bulkhead/internal/sample"
@@ -147,7 +146,7 @@ func (f logprobsFormat) named(lps []sample.TokenLogprob) orderedLogprobs {
 	out := make(orderedLogprobs, 0, len(lps))
 	seen := make(map[string]bool, len(lps))
 	for _, t := range lps {
-		name := sanitizeText(f.tok.Piece(t.Token))
+		name := f.tok.PieceText(t.Token)
 		if seen[name] {
 			continue
 		}
@@ -188,7 +187,7 @@ func (f logprobsFormat) topOf(lp *sample.Logprobs) []sample.TokenLogprob {
 
 // text is a token's text: its raw bytes, with each byte that is not part
 // of valid UTF-8 shown as U+FFFD (the bytes field has the truth).
-func (f logprobsFormat) text(id int) string { return sanitizeText(f.tok.Piece(id)) }
+func (f logprobsFormat) text(id int) string { return f.tok.PieceText(id) }
 
 // bytes is a token's raw bytes as JSON numbers (a []byte would be
 // written as base64). Never nil: an empty token has [].
@@ -201,25 +200,6 @@ func (f logprobsFormat) bytes(id int) []int {
 	return out
 }
 
-// sanitizeText is b as a valid string, one U+FFFD per byte that does not
-// begin a valid character (as encoding/json would write it, but decided
-// here so that names compare as the client will see them).
-func sanitizeText(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	out := make([]byte, 0, len(b)+8)
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		if r == utf8.RuneError && n == 1 {
-			out = utf8.AppendRune(out, utf8.RuneError)
-		} else {
-			out = append(out, b[:n]...)
-		}
-		b = b[n:]
-	}
-	return string(out)
-}
 
 // invalidLogprob is a value no model's log-softmax gives, and JSON cannot
 // carry: NaN or +Inf (-Inf is a probability of 0, written as minLogprob).

@@ -147,7 +147,7 @@ func checkChatEntries(t *testing.T, h *harness, lp chatLPJSON, ids []int, first,
 	for k, e := range lp.Content {
 		n := first + k
 		want := fakeLogprobs(ids[n], n, top, tok.VocabSize())
-		if e.Token != sanitizeText(tok.Piece(ids[n])) || !bytes.Equal(intsToBytes(e.Bytes), tok.Piece(ids[n])) || float32(e.Logprob) != want.Logprob {
+		if e.Token != tok.PieceText(ids[n]) || !bytes.Equal(intsToBytes(e.Bytes), tok.Piece(ids[n])) || float32(e.Logprob) != want.Logprob {
 			t.Fatalf("entry %d: %q %v %v, want token %d %q %v", n, e.Token, e.Bytes, e.Logprob, ids[n], tok.Piece(ids[n]), want.Logprob)
 		}
 		if len(e.TopLogprobs) != top {
@@ -155,7 +155,7 @@ func checkChatEntries(t *testing.T, h *harness, lp chatLPJSON, ids []int, first,
 		}
 		for j, a := range e.TopLogprobs {
 			w := want.Top[j]
-			if a.Token != sanitizeText(tok.Piece(w.Token)) || !bytes.Equal(intsToBytes(a.Bytes), tok.Piece(w.Token)) || float32(a.Logprob) != w.Logprob {
+			if a.Token != tok.PieceText(w.Token) || !bytes.Equal(intsToBytes(a.Bytes), tok.Piece(w.Token)) || float32(a.Logprob) != w.Logprob {
 				t.Fatalf("entry %d alternative %d: %+v, want %d %v", n, j, a, w.Token, w.Logprob)
 			}
 			if j > 0 && a.Logprob > e.TopLogprobs[j-1].Logprob {

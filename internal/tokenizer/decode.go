@@ -13,6 +13,11 @@ func (t *Tokenizer) Piece(id int) []byte {
 	return t.pieces[id]
 }
 
+// PieceText is Piece as a valid string: one U+FFFD for each byte that does not begin a valid
+// character (a byte token's lone byte, say), as Decode writes such bytes. The API names tokens
+// with it where JSON needs text.
+func (t *Tokenizer) PieceText(id int) string { return sanitize(t.Piece(id)) }
+
 // render is the piece as Decode shows it after token prev: control, unknown and unused tokens
 // show nothing (as llama.cpp without special=true), and a SentencePiece piece right after BOS
 // loses the space that encoding prefixed. At the start of ids without BOS the space stays: such
