@@ -103,6 +103,22 @@ DONE: \
 // LD_F16 or BF16), times x.
 #define STEP4(LD, ELEM, HALF) \
 	LEAQ (SI)(AX*ELEM), DX; \
+	STEP4_AT(LD, HALF)
+
+// STEP4N is STEP4 that also asks, with PREFETCHNTA, for each stream 512
+// bytes ahead: for the one-token product, whose weights are read once a
+// step, so that they do not push out of L3 the KV cache and activations
+// attention reads between two products (see matQ8x1s).
+#define STEP4N(LD, ELEM, HALF) \
+	LEAQ (SI)(AX*ELEM), DX; \
+	PREFETCHNTA 512(DX); \
+	PREFETCHNTA 512(DX)(R12*1); \
+	PREFETCHNTA 512(DX)(R14*1); \
+	PREFETCHNTA 512(DX)(R15*1); \
+	STEP4_AT(LD, HALF)
+
+// STEP4_AT is STEP4 with DX at the four rows' element AX of stream 0.
+#define STEP4_AT(LD, HALF) \
 	LD((DX), Y10); \
 	VFMADD231PS Y8, Y10, Y0; \
 	LD(HALF(DX), Y11); \
@@ -130,6 +146,8 @@ DONE: \
 #define STEP_F32 STEP4(LD_F32, 4, 32)
 #define STEP_F16 STEP4(LD_F16, 2, 16)
 #define STEP_BF16 STEP4(BF16, 2, 16)
+#define STEP_F16N STEP4N(LD_F16, 2, 16)
+#define STEP_BF16N STEP4N(BF16, 2, 16)
 
 // func matF32x1(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32)
 TEXT ·matF32x1(SB), NOSPLIT, $0-48
@@ -544,3 +562,16 @@ TEXT ·matF16x1s(SB), NOSPLIT, $0-56
 // func matBF16x1s(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
 TEXT ·matBF16x1s(SB), NOSPLIT, $0-56
 	STRIDED_X1(STEP_BF16, row, loop, reduce, done)
+
+// matF16x1sn and matBF16x1sn are matF16x1s and matBF16x1s with STEP4N's
+// non-temporal prefetch: for one token's pass over a whole matrix, not for
+// the passes of several tokens over one tile, whose later passes read the
+// tile back from L2.
+
+// func matF16x1sn(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+TEXT ·matF16x1sn(SB), NOSPLIT, $0-56
+	STRIDED_X1(STEP_F16N, row, loop, reduce, done)
+
+// func matBF16x1sn(w unsafe.Pointer, rowBytes, rows int, x *float32, cols int, out *float32, stride int)
+TEXT ·matBF16x1sn(SB), NOSPLIT, $0-56
+	STRIDED_X1(STEP_BF16N, row, loop, reduce, done)
