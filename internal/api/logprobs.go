@@ -200,7 +200,6 @@ func (f logprobsFormat) bytes(id int) []int {
 	return out
 }
 
-
 // invalidLogprob is a value no model's log-softmax gives, and JSON cannot
 // carry: NaN or +Inf (-Inf is a probability of 0, written as minLogprob).
 func invalidLogprob(v float32) bool {

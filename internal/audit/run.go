@@ -110,8 +110,12 @@ func Run(ctx context.Context, p *Plan, c Client, o Options) ([]Result, error) {
 	send := func(i int) {
 		q := &p.Requests[i]
 		if q.Kind == OverLimit {
-			overLimit <- struct{}{}
-			defer func() { <-overLimit }()
+			select {
+			case overLimit <- struct{}{}:
+				defer func() { <-overLimit }()
+			case <-ctx.Done():
+				return // stopped: left "not sent", its prompt never built
+			}
 		}
 		body := q.Body(p.Config.Model)
 		var resp Response
