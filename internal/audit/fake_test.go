@@ -74,12 +74,8 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 		f.inflight--
 		f.mu.Unlock()
 	}()
-	if f.delay > 0 {
-		select {
-		case <-time.After(f.delay):
-		case <-ctx.Done():
-			return Response{Err: ctx.Err().Error()}
-		}
+	if f.delay > 0 && !sleep(ctx, f.delay) {
+		return Response{Err: ctx.Err().Error()}
 	}
 	f.mu.Lock()
 	if f.sent == nil {
@@ -122,9 +118,7 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 			f.overInfl--
 			f.mu.Unlock()
 		}()
-		select {
-		case <-time.After(f.overDelay):
-		case <-ctx.Done():
+		if !sleep(ctx, f.overDelay) {
 			return Response{Err: ctx.Err().Error()}
 		}
 	}
