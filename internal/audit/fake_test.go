@@ -66,14 +66,8 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 	f.mu.Lock()
 	f.requests++
 	n := f.requests
-	f.inflight++
-	f.maxInflight = max(f.maxInflight, f.inflight)
 	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		f.inflight--
-		f.mu.Unlock()
-	}()
+	defer f.track(&f.inflight, &f.maxInflight)()
 	if f.delay > 0 && !sleep(ctx, f.delay) {
 		return Response{Err: ctx.Err().Error()}
 	}
@@ -109,15 +103,7 @@ func (f *fake) Send(ctx context.Context, tenant string, ep Endpoint, body []byte
 		prompt, tokens = fmt.Sprint(ids[:min(len(ids), 8)]), len(ids)
 	}
 	if tokens > f.ctxLen {
-		f.mu.Lock()
-		f.overInfl++
-		f.maxOverInfl = max(f.maxOverInfl, f.overInfl)
-		f.mu.Unlock()
-		defer func() {
-			f.mu.Lock()
-			f.overInfl--
-			f.mu.Unlock()
-		}()
+		defer f.track(&f.overInfl, &f.maxOverInfl)()
 		if !sleep(ctx, f.overDelay) {
 			return Response{Err: ctx.Err().Error()}
 		}
@@ -245,4 +231,18 @@ func (f *fake) audit(cfg Config, o Options) (Report, error) {
 
 func testConfig() Config {
 	return Config{Tenants: []string{"acme", "globex", "hooli"}, Model: "m", Seed: 7, Rounds: 2, ContextLen: 256, Nonce: "0a1b2c3d"}
+}
+
+// track counts one more request in flight in *n, keeps the most in *peak,
+// and returns the func that counts it out again.
+func (f *fake) track(n, peak *int) func() {
+	f.mu.Lock()
+	*n++
+	*peak = max(*peak, *n)
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		*n--
+		f.mu.Unlock()
+	}
 }
