@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 )
 
 // command is one subcommand: a one-line summary and a run function that
@@ -54,8 +56,21 @@ func (h helpRequest) Error() string        { return flag.ErrHelp.Error() }
 func (h helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 
 func main() {
+	if v, ok := os.LookupEnv(kernelsEnv); ok {
+		// Here rather than in run: the choice is process-wide and must
+		// precede every product, and run is also called by tests that
+		// share one process.
+		if err := kernels.Use(v); err != nil {
+			fmt.Fprintf(os.Stderr, "bulkhead: %s: %v\n", kernelsEnv, err)
+			os.Exit(2)
+		}
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// kernelsEnv names the environment variable that picks the kernel family
+// (kernels.Use): auto, avx2 or generic.
+const kernelsEnv = "BULKHEAD_KERNELS"
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -118,6 +133,7 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'bulkhead <command> -h' for a command's flags.")
+	fmt.Fprintf(w, "%s=avx2 or =generic picks slower kernels (same results) than auto's.\n", kernelsEnv)
 }
 
 // newFlags returns a FlagSet that reports errors instead of exiting or

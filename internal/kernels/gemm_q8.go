@@ -54,9 +54,13 @@ func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
 		i := 0
-		if w.minFree || !q8HasMin(wp, rows*nb) {
+		g8 := gemmQ8x8
+		if vnniOn() {
+			g8 = gemmQ8x8VNNI
+		}
+		if vnniOn() || w.minFree || !q8HasMin(wp, rows*nb) {
 			for g := 0; n-i >= gemmMinTokens; i, g = i+8, g+1 {
-				gemmQ8x8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
+				g8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
 			}
 			i = min(i, n)
 		}

@@ -33,6 +33,15 @@ func BenchmarkGemmQ8Kernel(b *testing.B) {
 		}
 		b.ReportMetric(2*float64(rows*cols*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
+	b.Run("vnni", func(b *testing.B) {
+		if !hasVNNI {
+			b.Skip("no AVX-512 VNNI on this CPU")
+		}
+		for b.Loop() {
+			gemmQ8x8VNNI(unsafe.Pointer(&w.Data[0]), nb*34, rows, unsafe.Pointer(&xi[0]), nb, &out[0], rows*4, 8)
+		}
+		b.ReportMetric(2*float64(rows*cols*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 	b.Run("old-x4", func(b *testing.B) {
 		for b.Loop() {
 			matQ8x4(unsafe.Pointer(&w.Data[0]), nb*34, rows, unsafe.Pointer(&xq[0]), nb*xBlockBytes, nb, &out[0], rows*4)

@@ -13,7 +13,9 @@ import (
 // tiles holding a weight of -128. Every token must come out with the same
 // bits as the pure-Go kernel gives it, and as it gets alone (n = 1, the
 // one-token kernel).
-func TestGemmQ8Edges(t *testing.T) {
+func TestGemmQ8Edges(t *testing.T) { eachQ8Path(t, gemmQ8Edges) }
+
+func gemmQ8Edges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	type shape struct{ rows, cols int }
 	shapes := []shape{{1, 32}, {3, 64}, {4, 96}, {5, 32}, {7, 768}, {9, 160}, {13, 2048}, {6, 4096}, {5, 4128}}

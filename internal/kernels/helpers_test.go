@@ -62,6 +62,21 @@ func firstBitDiff(a, b []float32) int {
 	return -1
 }
 
+// eachQ8Path runs f once on each family of Q8_0 kernels this CPU has:
+// the AVX2 ones ("base"; the pure-Go ones where there are none) and, where
+// the CPU has AVX-512 VNNI, those too ("vnni"). A VNNI machine, which
+// selects its own kernels, thereby still checks the AVX2 ones.
+func eachQ8Path(t *testing.T, f func(t *testing.T)) {
+	old := useVNNI
+	defer func() { useVNNI = old }()
+	useVNNI = false
+	t.Run("base", f)
+	if hasVNNI {
+		useVNNI = true
+		t.Run("vnni", f)
+	}
+}
+
 func needSIMD(t *testing.T) {
 	t.Helper()
 	if !hasAVX2 {

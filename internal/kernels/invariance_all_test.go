@@ -13,7 +13,9 @@ import (
 // rows, sixteen-row chunks), token counts around their groupings (one to
 // four, partial and whole groups of eight) and widths around the
 // batched kernel's limit.
-func TestEveryTypeMatchesGoAlone(t *testing.T) {
+func TestEveryTypeMatchesGoAlone(t *testing.T) { eachQ8Path(t, everyTypeMatchesGoAlone) }
+
+func everyTypeMatchesGoAlone(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	types := []tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0, tensor.Q4_0, tensor.Q4_1,
 		tensor.Q5_0, tensor.Q5_1, tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}

@@ -49,7 +49,9 @@ func TestFMA32MatchesHardware(t *testing.T) {
 // Every kernel gives identical bits on the SIMD and the pure-Go paths, for
 // lengths that are and are not multiples of the SIMD width, and for token
 // counts that exercise the four-token and one-token kernels.
-func TestSIMDMatchesGo(t *testing.T) {
+func TestSIMDMatchesGo(t *testing.T) { eachQ8Path(t, sIMDMatchesGo) }
+
+func sIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	plainCols := []int{1, 2, 7, 15, 16, 17, 31, 32, 33, 47, 64, 100, 768, 801}
@@ -148,7 +150,9 @@ func TestMatMulMatchesReference(t *testing.T) {
 
 // Token i's output does not depend on how many tokens share the call, on
 // what the other tokens are, or on the thread count.
-func TestMatMulBatchInvariance(t *testing.T) {
+func TestMatMulBatchInvariance(t *testing.T) { eachQ8Path(t, matMulBatchInvariance) }
+
+func matMulBatchInvariance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for _, typ := range allTypes {
 		// 300 rows: not a multiple of 16, so thread boundaries are uneven.
@@ -258,7 +262,7 @@ func TestMatMulPanicsOnBadShapes(t *testing.T) {
 
 func ExampleFeatures() {
 	f := Features()
-	fmt.Println(f == "generic" || f == "avx2 fma f16c")
+	fmt.Println(f == "generic" || f == "avx2 fma f16c" || f == "avx2 fma f16c avx512-vnni")
 	// Output: true
 }
 
@@ -266,7 +270,9 @@ func ExampleFeatures() {
 // ones: every row count around a multiple of four, with token counts that
 // leave every remainder, must match the Go kernels, and so must weights of -128 (which
 // ggml never writes but a file may hold) against activations of ±127.
-func TestQuantEdges(t *testing.T) {
+func TestQuantEdges(t *testing.T) { eachQ8Path(t, quantEdges) }
+
+func quantEdges(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, typ := range []tensor.DType{tensor.Q8_0, tensor.Q4_0} {
@@ -303,7 +309,9 @@ func TestQuantEdges(t *testing.T) {
 
 // With weights of -128 the Go kernel still computes the exact product: a
 // row of -128s (scale 1) against x = 127 everywhere is -128·127·64.
-func TestQuantMinusOneTwentyEight(t *testing.T) {
+func TestQuantMinusOneTwentyEight(t *testing.T) { eachQ8Path(t, quantMinusOneTwentyEight) }
+
+func quantMinusOneTwentyEight(t *testing.T) {
 	data := make([]byte, 68)
 	for b := 0; b < 2; b++ {
 		data[b*34], data[b*34+1] = 0x00, 0x3c // float16 1.0

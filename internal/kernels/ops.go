@@ -7,8 +7,9 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// Features names the kernel path this process uses, e.g. "avx2 fma f16c" or
-// "generic", for logs and benchmark output. The path changes speed only,
+// Features names the kernel path this process uses, "avx2 fma f16c",
+// "avx2 fma f16c avx512-vnni" (AVX2 kernels, and the 8-bit products of
+// Q8_0 weights on AVX-512 VNNI) or "generic", for logs and benchmark output. The path changes speed only,
 // never results.
 func Features() string {
 	if !useSIMD {

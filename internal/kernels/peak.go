@@ -9,7 +9,8 @@ import "github.com/bulkhead-llm/bulkhead/internal/tensor"
 // instruction sequences, and the clock stays out of this package.
 
 // PeakMACs runs rounds rounds of the innermost instruction sequence that
-// the batched products of weights of type t are built from, with operands
+// the batched products of weights of type t are built from (for Q8_0, of
+// the kernel in use: VNNI's where the CPU has it), with operands
 // in registers and L1 rather than in a matrix, and returns the
 // multiply-adds they stand for: 8-bit integer products for the quantised
 // types (every one of them multiplies int8 by int8), float32 FMAs for
@@ -23,6 +24,9 @@ func PeakMACs(t tensor.DType, rounds int) int64 {
 	case tensor.F32, tensor.F16, tensor.BF16:
 		peakF32(rounds)
 		return int64(rounds) * peakF32MACs
+	case tensor.Q8_0:
+		peakQ8_0(rounds)
+		return int64(rounds) * peakQ8MACs
 	default:
 		peakQ8(rounds)
 		return int64(rounds) * peakQ8MACs

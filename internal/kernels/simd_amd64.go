@@ -18,7 +18,10 @@ var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 var useSIMD = hasAVX2
 
 func features() string {
-	if hasAVX2 {
+	switch {
+	case hasAVX2 && useVNNI:
+		return "avx2 fma f16c avx512-vnni"
+	case hasAVX2:
 		return "avx2 fma f16c"
 	}
 	return "generic"

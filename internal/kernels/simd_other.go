@@ -9,6 +9,12 @@ var hasAVX2 = false
 
 var useSIMD = false
 
+// No AVX-512 VNNI kernels either; the tests' switch between kernel
+// families finds only the one.
+var hasVNNI, useVNNI = false, false
+
+func vnniOn() bool { return false }
+
 func features() string { return "generic" }
 
 func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
@@ -28,5 +34,6 @@ func gemmInterleave(dst []byte, ps []Product, xq []byte, n int) []byte { return 
 
 const peakQ8MACs, peakF32MACs = 0, 0
 
-func peakQ8(rounds int)  { panic("kernels: no SIMD kernels on this architecture") }
-func peakF32(rounds int) { panic("kernels: no SIMD kernels on this architecture") }
+func peakQ8(rounds int)   { panic("kernels: no SIMD kernels on this architecture") }
+func peakF32(rounds int)  { panic("kernels: no SIMD kernels on this architecture") }
+func peakQ8_0(rounds int) { panic("kernels: no SIMD kernels on this architecture") }

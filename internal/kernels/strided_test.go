@@ -17,7 +17,9 @@ import (
 // and write nothing outside it. A stream stored at the wrong row, a stride
 // off by one row, a row's products in the wrong accumulator or a remainder
 // left unwritten fails it.
-func TestStridedMatchesGo(t *testing.T) {
+func TestStridedMatchesGo(t *testing.T) { eachQ8Path(t, stridedMatchesGo) }
+
+func stridedMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(61, 62))
 	for _, typ := range []tensor.DType{tensor.Q8_0, tensor.F32, tensor.F16, tensor.BF16} {

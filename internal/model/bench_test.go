@@ -57,3 +57,37 @@ func decode110M(b *testing.B, m *model.Model, kvt model.KVType, threads int) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
 	})
 }
+
+// BenchmarkPrefill110M measures a 256-token prefill of the 110M shape in
+// Q8_0 (llama-bench's pp256) on one and two threads: the products are
+// bound by arithmetic here, so its profile shows what else a prompt
+// costs.
+//
+//	go test -run '^$' -bench Prefill110M ./internal/model/
+func BenchmarkPrefill110M(b *testing.B) {
+	m := randomModel(b, convert.Shapes["110M"], tensor.Q8_0)
+	prompt := make([]int, 256)
+	for i := range prompt {
+		prompt[i] = 3 + i
+	}
+	logits := make([]float32, m.Config.Vocab)
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			pool := kernels.NewPool(threads)
+			defer pool.Close()
+			r := m.NewRunner(pool, len(prompt), 0)
+			cache, err := model.NewDenseCacheOf(&m.Config, len(prompt), model.KVF32)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				seq := &model.Seq{Tokens: prompt, Cache: cache, Logits: logits}
+				if err := r.Forward([]*model.Seq{seq}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*len(prompt))/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
