@@ -158,7 +158,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	case tensor.BF16:
 		p1, p3, p4, s1, s1n = matBF16x1, matBF16x3, matBF16x4, matBF16x1s, matBF16x1sn
 	case tensor.Q8_0:
-		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
+		q1, q2, q4 = q8Kernels()
 	case tensor.Q4_0:
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
 	case tensor.Q4_1:
@@ -186,7 +186,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {
 		switch {
 		case w.Type == tensor.Q8_0:
-			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride)
+			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
 			return
 		case g8 != nil:
 			gemmKRows(g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
@@ -330,14 +330,27 @@ func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb, n int, out []float32
 	if q == 0 {
 		return r0
 	}
+	s1, s2 := matQ8x1s, matQ8x2s
+	if vnniOn() {
+		s1, s2 = matQ8x1sVNNI, matQ8x2sVNNI
+	}
 	wp, xs := unsafe.Pointer(&w.Data[r0*rb]), nb*xBlockBytes
 	if n == 1 {
-		matQ8x1s(wp, rb, q, unsafe.Pointer(&xq[0]), nb, &out[r0], q*rb)
+		s1(wp, rb, q, unsafe.Pointer(&xq[0]), nb, &out[r0], q*rb)
 		return r0 + 4*q
 	}
-	matQ8x2s(wp, rb, q, unsafe.Pointer(&xq[0]), xs, nb, &out[r0], ostride*4, q*rb)
+	s2(wp, rb, q, unsafe.Pointer(&xq[0]), xs, nb, &out[r0], ostride*4, q*rb)
 	if n == 3 {
-		matQ8x1s(wp, rb, q, unsafe.Pointer(&xq[2*xs]), nb, &out[2*ostride+r0], q*rb)
+		s1(wp, rb, q, unsafe.Pointer(&xq[2*xs]), nb, &out[2*ostride+r0], q*rb)
 	}
 	return r0 + 4*q
+}
+
+// q8Kernels returns the one-, two- and four-token Q8_0 kernels in use:
+// the AVX-512 VNNI ones where the CPU has them, else the AVX2 ones.
+func q8Kernels() (q1 quantX1, q2, q4 quantX4) {
+	if vnniOn() {
+		return matQ8x1VNNI, matQ8x2VNNI, matQ8x4VNNI
+	}
+	return matQ8x1, matQ8x2, matQ8x4
 }

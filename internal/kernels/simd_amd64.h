@@ -244,3 +244,92 @@
 	VMOVUPS X6, (CX); \
 	VMOVUPS X7, (CX)(AX*1); \
 	NEXT4(GROUP, DONE)
+
+// The four-stream kernels' steps (matQ8x1s and matQ8x2s, and their VNNI
+// twins): see simd_quant_amd64.s.
+
+// SOFFS sets R12, R14 and R15 to one, two and three times the frame
+// argument STRIDE.
+#define SOFFS(STRIDE) \
+	MOVQ STRIDE(FP), R12; \
+	LEAQ (R12)(R12*1), R14; \
+	LEAQ (R14)(R12*1), R15
+
+// SCATTER stores the four rows' results in XR at P, P+AX, P+2AX and
+// P+3AX. DX is clobbered.
+#define SCATTER(XR, P) \
+	VMOVSS XR, (P); \
+	VEXTRACTPS $1, XR, (P)(AX*1); \
+	VEXTRACTPS $2, XR, (P)(AX*2); \
+	LEAQ (P)(AX*2), DX; \
+	VEXTRACTPS $3, XR, (DX)(AX*1)
+
+// SNEXT sets AX for SCATTER before the stores; SLOOP moves SI and DI on by
+// one row after them and loops to GROUP while groups are left.
+#define SNEXT \
+	MOVQ rows+16(FP), AX; \
+	SHLQ $2, AX
+
+#define SLOOP(GROUP) \
+	ADDQ $4, DI; \
+	ADDQ rowBytes+8(FP), SI; \
+	DECQ R13; \
+	JNZ GROUP
+
+// S1_KERNEL and S2_KERNEL are the whole bodies of the four-stream
+// kernels for one token (matQ8x1s and its VNNI twin) and two
+// (matQ8x2s and its twin): CONST sets the kernel's constants (QENTRY);
+// STEP takes one block of the four streams (DX the block of stream 0) for
+// the token at R8 into X4, and for two also the token at R9 into X5. The
+// one-token body prefetches non-temporally (simd_quant_amd64.s says why).
+#define S1_KERNEL(CONST, STEP) \
+	QENTRY(out+40, CONST, done); \
+	SOFFS(stride+48); \
+group: \
+	MOVQ xb+24(FP), R8; \
+	VXORPS X4, X4, X4; \
+	QBLOCKS(nb+32, reduce); \
+	PCALIGN $32; \
+block: \
+	PREFETCHNTA 512(DX); \
+	PREFETCHNTA 512(DX)(R12*1); \
+	PREFETCHNTA 512(DX)(R14*1); \
+	PREFETCHNTA 512(DX)(R15*1); \
+	STEP; \
+	ADDQ $34, DX; \
+	ADDQ $36, R8; \
+	DECQ CX; \
+	JNZ block; \
+reduce: \
+	SNEXT; \
+	SCATTER(X4, DI); \
+	SLOOP(group); \
+done: \
+	VZEROUPPER; \
+	RET
+
+#define S2_KERNEL(CONST, STEP) \
+	QENTRY(out+48, CONST, done); \
+	SOFFS(stride+64); \
+group: \
+	MOVQ xb+24(FP), R8; \
+	QTOKS2; \
+	QBLOCKS(nb+40, reduce); \
+	PCALIGN $32; \
+block: \
+	STEP; \
+	ADDQ $34, DX; \
+	ADDQ $36, R8; \
+	ADDQ $36, R9; \
+	DECQ CX; \
+	JNZ block; \
+reduce: \
+	SNEXT; \
+	SCATTER(X4, DI); \
+	MOVQ ostride+56(FP), BX; \
+	ADDQ DI, BX; \
+	SCATTER(X5, BX); \
+	SLOOP(group); \
+done: \
+	VZEROUPPER; \
+	RET

@@ -328,97 +328,23 @@ matQ4x2done:
 // reads the stream's next row, which comes next; past the last it reads
 // bytes that are never used, which a prefetch may.
 
-// SOFFS sets R12, R14 and R15 to one, two and three times the frame
-// argument STRIDE.
-#define SOFFS(STRIDE) \
-	MOVQ STRIDE(FP), R12; \
-	LEAQ (R12)(R12*1), R14; \
-	LEAQ (R14)(R12*1), R15
+// Q8_S1STEP and Q8_S2STEP are the four-stream kernels' blocks (S1_KERNEL,
+// S2_KERNEL) for one token and two.
+#define Q8_S1STEP \
+	SCALES; \
+	WEIGHTS_Q8; \
+	TOK_Q8(R8, X4)
 
-// SCATTER stores the four rows' results in XR at P, P+AX, P+2AX and
-// P+3AX. DX is clobbered.
-#define SCATTER(XR, P) \
-	VMOVSS XR, (P); \
-	VEXTRACTPS $1, XR, (P)(AX*1); \
-	VEXTRACTPS $2, XR, (P)(AX*2); \
-	LEAQ (P)(AX*2), DX; \
-	VEXTRACTPS $3, XR, (DX)(AX*1)
-
-// SNEXT sets AX for SCATTER before the stores; SLOOP moves SI and DI on by
-// one row after them and loops to GROUP while groups are left.
-#define SNEXT \
-	MOVQ rows+16(FP), AX; \
-	SHLQ $2, AX
-
-#define SLOOP(GROUP) \
-	ADDQ $4, DI; \
-	ADDQ rowBytes+8(FP), SI; \
-	DECQ R13; \
-	JNZ GROUP
+#define Q8_S2STEP \
+	SCALES; \
+	WEIGHTS_Q8; \
+	TOK_Q8(R8, X4); \
+	TOK_Q8(R9, X5)
 
 // func matQ8x1s(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32, stride int)
 TEXT ·matQ8x1s(SB), NOSPLIT, $0-56
-	QENTRY(out+40, QCONST, done)
-	SOFFS(stride+48)
-
-group:
-	MOVQ xb+24(FP), R8
-	VXORPS X4, X4, X4
-	QBLOCKS(nb+32, reduce)
-
-	PCALIGN $32
-block:
-	PREFETCHNTA 512(DX)
-	PREFETCHNTA 512(DX)(R12*1)
-	PREFETCHNTA 512(DX)(R14*1)
-	PREFETCHNTA 512(DX)(R15*1)
-	SCALES
-	WEIGHTS_Q8
-	TOK_Q8(R8, X4)
-	ADDQ $34, DX
-	ADDQ $36, R8
-	DECQ CX
-	JNZ block
-
-reduce:
-	SNEXT
-	SCATTER(X4, DI)
-	SLOOP(group)
-
-done:
-	VZEROUPPER
-	RET
+	S1_KERNEL(QCONST, Q8_S1STEP)
 
 // func matQ8x2s(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int, stride int)
 TEXT ·matQ8x2s(SB), NOSPLIT, $0-72
-	QENTRY(out+48, QCONST, done)
-	SOFFS(stride+64)
-
-group:
-	MOVQ xb+24(FP), R8
-	QTOKS2
-	QBLOCKS(nb+40, reduce)
-
-	PCALIGN $32
-block:
-	SCALES
-	WEIGHTS_Q8
-	TOK_Q8(R8, X4)
-	TOK_Q8(R9, X5)
-	ADDQ $34, DX
-	ADDQ $36, R8
-	ADDQ $36, R9
-	DECQ CX
-	JNZ block
-
-reduce:
-	SNEXT
-	SCATTER(X4, DI)
-	MOVQ ostride+56(FP), BX
-	ADDQ DI, BX
-	SCATTER(X5, BX)
-	SLOOP(group)
-
-done:
-	VZEROUPPER
-	RET
+	S2_KERNEL(QCONST, Q8_S2STEP)
