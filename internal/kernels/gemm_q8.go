@@ -49,18 +49,18 @@ func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32
 	if xi == nil {
 		xi = interleaveGroups(nil, xq, n, nb)
 	}
+	if vnniOn() {
+		gemmQ8RowsVNNI(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+		return
+	}
 	rb := nb * 34
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
 		i := 0
-		g8 := gemmQ8x8
-		if vnniOn() {
-			g8 = gemmQ8x8VNNI
-		}
-		if vnniOn() || w.minFree || !q8HasMin(wp, rows*nb) {
+		if w.minFree || !q8HasMin(wp, rows*nb) {
 			for g := 0; n-i >= gemmMinTokens; i, g = i+8, g+1 {
-				g8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
+				gemmQ8x8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
 			}
 			i = min(i, n)
 		}

@@ -42,6 +42,20 @@ func BenchmarkGemmQ8Kernel(b *testing.B) {
 		}
 		b.ReportMetric(2*float64(rows*cols*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
+	b.Run("vnni16", func(b *testing.B) {
+		if !hasVNNI {
+			b.Skip("no AVX-512 VNNI on this CPU")
+		}
+		// The same eight tokens twice, as sixteen: the rate per token
+		// is what compares with vnni's.
+		sums := make([]int32, (rows+3)/4*8*nb)
+		out16 := make([]float32, 16*rows)
+		for b.Loop() {
+			q8NegSums(unsafe.Pointer(&w.Data[0]), nb*34, rows, nb, &sums[0])
+			gemmQ8x16VNNI(unsafe.Pointer(&w.Data[0]), nb*34, rows, unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[0]), nb, &out16[0], rows*4, 16, &sums[0])
+		}
+		b.ReportMetric(2*float64(rows*cols*16)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
 	b.Run("old-x4", func(b *testing.B) {
 		for b.Loop() {
 			matQ8x4(unsafe.Pointer(&w.Data[0]), nb*34, rows, unsafe.Pointer(&xq[0]), nb*xBlockBytes, nb, &out[0], rows*4)

@@ -117,3 +117,232 @@ store:
 done:
 	VZEROUPPER
 	RET
+
+// gemmQ8x16VNNI is gemmQ8x8VNNI for sixteen tokens, two interleaved
+// groups of eight (xa and xb, qInterleave8's layout), in 512-bit
+// registers. Its point is the loads: a VPDPBUSD's four weight bytes come
+// broadcast from memory, and on a Zen 4 two loads a cycle bound the
+// eight-token kernel, which loads one dword of weights per 32
+// multiply-adds, well before VPDPBUSD's own rate does; here one load
+// serves 64. A 512-bit VPDPBUSD issues at half the 256-bit rate, so the
+// multiply rate itself is the same.
+//
+// Here the activations are flipped (x XOR 0x80, once per group for the
+// four rows) and the weights are VPDPBUSD's signed operand, broadcast by
+// the instruction, so the sums gain 128·Σw, the row's: they start from
+// q8NegSums's -128·Σw of each block, computed once per tile on the Go
+// side, whose table also holds the blocks' scales as float32. The float
+// steps per (row, block, token) are FMAROW's, the same bits.
+//
+// Register use (zmm): Z0-Z3 and Z16-Z19 the rows' even and odd sums, Z4-Z7
+// the float accumulators (tokens 0..15 of rows 0..3), Z8 bytes of 0x80,
+// Z9 X_g flipped, Z15 scales, Z20 the sixteen tokens' scales. General: as
+// gemmQ8x8VNNI's, plus R10 group B's current block and R9 the current
+// entry of the sums table, kept at 0(SP) across the stores.
+
+// Q16_G multiplies the four rows' weight bytes WOFF..WOFF+3 of the block
+// at DX by group g of the sixteen tokens (at XOFF in both groups' blocks)
+// into A0-A3.
+#define Q16_G(WOFF, XOFF, A0, A1, A2, A3) \
+	VMOVDQU XOFF(R8), Y9; \
+	VINSERTI64X4 $1, XOFF(R10), Z9, Z9; \
+	VPXORD Z8, Z9, Z9; \
+	VPDPBUSD.BCST WOFF(DX), Z9, A0; \
+	VPDPBUSD.BCST WOFF(DX)(R12*1), Z9, A1; \
+	VPDPBUSD.BCST WOFF(DX)(R14*1), Z9, A2; \
+	VPDPBUSD.BCST WOFF(DX)(R15*1), Z9, A3
+
+#define Q16_EVEN(WOFF, XOFF) \
+	Q16_G(WOFF, XOFF, Z0, Z1, Z2, Z3)
+
+#define Q16_ODD(WOFF, XOFF) \
+	Q16_G(WOFF, XOFF, Z16, Z17, Z18, Z19)
+
+// Q16_FMAROW adds d·S for one row and sixteen tokens: the row's two sums
+// added and converted, times its scale (float32 at W) times the tokens'
+// scales (Z20).
+#define Q16_FMAROW(W, S, S2, ACC) \
+	VPADDD S2, S, S; \
+	VCVTDQ2PS S, S; \
+	VBROADCASTSS W, Z15; \
+	VMULPS Z20, Z15, Z15; \
+	VFMADD231PS Z15, S, ACC
+
+// func gemmQ8x16VNNI(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, nb int, out *float32, ostride, ntok int, sums *int32)
+// writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
+TEXT ·gemmQ8x16VNNI(SB), NOSPLIT, $320-80
+	QENTRY(out+48, Q8V_CONST, done)
+	VPBROADCASTD X8, Z8
+	MOVQ sums+72(FP), R9
+	MOVQ R9, 0(SP)
+
+group:
+	ROWOFFS
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), BX
+	MOVQ xa+24(FP), R8
+	MOVQ xb+32(FP), R10
+	MOVQ 0(SP), R9
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ SI, DX
+	MOVQ nb+40(FP), CX
+	TESTQ CX, CX
+	JZ store
+
+	PCALIGN $32
+block:
+	VPBROADCASTD 0(R9), Z0
+	VPBROADCASTD 4(R9), Z1
+	VPBROADCASTD 8(R9), Z2
+	VPBROADCASTD 12(R9), Z3
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VMOVUPS (R8), Y20
+	VINSERTF64X4 $1, (R10), Z20, Z20
+	Q16_EVEN(2, 64)
+	Q16_ODD(6, 96)
+	Q16_EVEN(10, 128)
+	Q16_ODD(14, 160)
+	PREFETCHT0 (BX)
+	PREFETCHT0 64(BX)
+	PREFETCHT0 128(BX)
+	ADDQ $136, BX
+	Q16_EVEN(18, 192)
+	Q16_ODD(22, 224)
+	Q16_EVEN(26, 256)
+	Q16_ODD(30, 288)
+	Q16_FMAROW(16(R9), Z0, Z16, Z4)
+	Q16_FMAROW(20(R9), Z1, Z17, Z5)
+	Q16_FMAROW(24(R9), Z2, Z18, Z6)
+	Q16_FMAROW(28(R9), Z3, Z19, Z7)
+	ADDQ $34, DX
+	ADDQ $576, R8
+	ADDQ $576, R10
+	ADDQ $32, R9
+	DECQ CX
+	JNZ block
+
+store:
+	// Spill the four rows' sixteen tokens and store the ntok real
+	// tokens of the (up to four) real rows, as GK_STORE does for eight.
+	MOVQ R9, 0(SP)
+	VMOVUPS Z4, 64(SP)
+	VMOVUPS Z5, 128(SP)
+	VMOVUPS Z6, 192(SP)
+	VMOVUPS Z7, 256(SP)
+	MOVQ ntok+64(FP), R9
+	MOVQ ostride+56(FP), R10
+	MOVQ R13, R11
+	CMPQ R11, $4
+	JLE rows4
+	MOVQ $4, R11
+
+rows4:
+	LEAQ 64(SP), BX
+	MOVQ DI, R8
+
+row:
+	MOVQ R8, DX
+	XORQ CX, CX
+
+tok:
+	MOVL (BX)(CX*4), AX
+	MOVL AX, (DX)
+	ADDQ R10, DX
+	INCQ CX
+	CMPQ CX, R9
+	JLT tok
+	ADDQ $64, BX
+	ADDQ $4, R8
+	DECQ R11
+	JNZ row
+	CMPQ R13, $4
+	JLE done
+	ADDQ $16, DI
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JMP group
+
+done:
+	VZEROUPPER
+	RET
+
+DATA q8vOnes<>+0(SB)/4, $0x01010101
+GLOBL q8vOnes<>(SB), RODATA|NOPTR, $4
+
+// func q8NegSums(w unsafe.Pointer, rowBytes, rows, nb int, dst *int32)
+//
+// For every group of four rows (the last clamped to the last row, as
+// ROWOFFS clamps it) and every block b, writes 32 bytes at
+// dst[(g·nb+b)·8]: -128·Σw of the four rows' block b as four int32s (row
+// 4g+k's at k), then their scales as four float32s. The sum of a block is
+// one VPDPBUSD against bytes of one, then a reduction of its eight lanes
+// (integer adds, exact in any order); the scales are converted exactly,
+// so converting them once per tile rather than once per group of tokens
+// changes no bit.
+TEXT ·q8NegSums(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ rows+16(FP), R13
+	MOVQ dst+32(FP), DI
+	VPBROADCASTD q8vOnes<>(SB), Y8
+	TESTQ R13, R13
+	JLE nsDone
+
+nsGroup:
+	ROWOFFS
+	MOVQ SI, DX
+	MOVQ nb+24(FP), CX
+	TESTQ CX, CX
+	JZ nsNext
+
+nsBlock:
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPDPBUSD 2(DX), Y8, Y0
+	VPDPBUSD 2(DX)(R12*1), Y8, Y1
+	VPDPBUSD 2(DX)(R14*1), Y8, Y2
+	VPDPBUSD 2(DX)(R15*1), Y8, Y3
+	VPHADDD Y1, Y0, Y0
+	VPHADDD Y3, Y2, Y2
+	VPHADDD Y2, Y0, Y0
+	VEXTRACTI128 $1, Y0, X1
+	VPADDD X1, X0, X0
+	VPSLLD $7, X0, X0
+	VPXOR X1, X1, X1
+	VPSUBD X0, X1, X0
+	VMOVDQU X0, (DI)
+	MOVWQZX (DX), AX
+	MOVWQZX (DX)(R12*1), BX
+	SHLQ $16, BX
+	ORQ BX, AX
+	MOVWQZX (DX)(R14*1), BX
+	SHLQ $32, BX
+	ORQ BX, AX
+	MOVWQZX (DX)(R15*1), BX
+	SHLQ $48, BX
+	ORQ BX, AX
+	VMOVQ AX, X0
+	VCVTPH2PS X0, X0
+	VMOVUPS X0, 16(DI)
+	ADDQ $32, DI
+	ADDQ $34, DX
+	DECQ CX
+	JNZ nsBlock
+
+nsNext:
+	MOVQ rowBytes+8(FP), AX
+	LEAQ (SI)(AX*4), SI
+	SUBQ $4, R13
+	JG nsGroup
+
+nsDone:
+	VZEROUPPER
+	RET

@@ -29,3 +29,52 @@ func vnniOn() bool { return useSIMD && useVNNI }
 //
 //go:noescape
 func gemmQ8x8VNNI(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
+// gemmQ8x16VNNI is gemmQ8x8VNNI for sixteen tokens, the interleaved
+// groups xa (tokens 0..7) and xb (8..15), in 512-bit registers; sums is
+// q8NegSums's table for the same rows (gemm_q8vnni_amd64.s).
+//
+//go:noescape
+func gemmQ8x16VNNI(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, nb int, out *float32, ostride, ntok int, sums *int32)
+
+// q8NegSums writes, for gemmQ8x16VNNI, -128 times the sum of every
+// block's weights of rows rows at w and the block's scale as a float32,
+// in groups of four rows (the last group's missing rows repeating its
+// last row): (rows+3)/4·nb·8 int32s, four sums then four scales a block.
+//
+//go:noescape
+func q8NegSums(w unsafe.Pointer, rowBytes, rows, nb int, dst *int32)
+
+// q8SumsCap bounds q8NegSums's table for one tile of gemmQ8Rows: a tile
+// holds at most tileBytes of weights, rounded up to a multiple of four
+// rows of at most gemmMaxBlocks blocks, and a block takes two int32s a
+// row.
+const q8SumsCap = 2 * (tileBytes/34 + 4*gemmMaxBlocks)
+
+// gemmQ8RowsVNNI is gemmQ8Rows on the VNNI kernels: per tile, the
+// blocks' sums and scales once (q8NegSums), then pairs of groups of
+// eight tokens through the sixteen-token kernel, a group left over
+// through the eight-token one, and the tokens left after that through
+// q1, q2 and q4.
+func gemmQ8RowsVNNI(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4) {
+	nb := w.Cols / 32
+	rb := nb * 34
+	var sums [q8SumsCap]int32
+	if (tile+3)/4*8*nb > len(sums) {
+		panic("kernels: a Q8_0 tile's block sums outgrow their buffer")
+	}
+	group := func(g int) unsafe.Pointer { return unsafe.Pointer(&xi[g*nb*xiBlock]) }
+	for t0 := r0; t0 < r1; t0 += tile {
+		rows := min(tile, r1-t0)
+		wp := unsafe.Pointer(&w.Data[t0*rb])
+		q8NegSums(wp, rb, rows, nb, &sums[0])
+		i, g := 0, 0
+		for ; n-i >= 8+gemmMinTokens; i, g = i+16, g+2 {
+			gemmQ8x16VNNI(wp, rb, rows, group(g), group(g+1), nb, &out[i*ostride+t0], ostride*4, min(16, n-i), &sums[0])
+		}
+		for ; n-i >= gemmMinTokens; i, g = i+8, g+1 {
+			gemmQ8x8VNNI(wp, rb, rows, group(g), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
+		}
+		quantTile(q1, q2, q4, wp, rb, rows, xq, nb, min(i, n), n, out[t0:], ostride)
+	}
+}
