@@ -39,6 +39,16 @@ func TestFMA32MatchesHardware(t *testing.T) {
 		check(a, b, c)
 		check(a, b, -float32(p))
 	}
+	inf := float32(math.Inf(1))
+	for _, c := range []float32{inf, -inf} {
+		check(3, 5, c)
+		check(-3e38, 3e38, c)
+		check(inf, 1, c)
+		check(0, inf, c)
+	}
+	check(inf, 2, 7)
+	check(-inf, 2, 7)
+	check(1, 2, float32(math.NaN()))
 	check(0, 0, 0)
 	check(float32(math.Copysign(0, -1)), 1, 0)
 	check(float32(math.Copysign(0, -1)), 1, float32(math.Copysign(0, -1)))

@@ -75,6 +75,12 @@ func fma32(a, b, c float32) float32 {
 	p := float64(float64(a) * float64(b))
 	cc := float64(c)
 	s := p + cc
+	if math.IsInf(s, 0) || s != s {
+		// An infinite or NaN operand (p cannot overflow float64): the
+		// sum is already the answer, and the error terms below would be
+		// NaN and corrupt it.
+		return float32(s)
+	}
 	bv := s - p
 	e := (p - (s - bv)) + (cc - bv)
 	if e != 0 {
