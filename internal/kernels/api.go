@@ -3,9 +3,9 @@
 // Q5_1, and the K-quants Q2_K, Q3_K, Q4_K, Q5_K and Q6_K), dot products,
 // normalisation and activation functions, and attention over a float32 or
 // binary16 KV cache. Every type has a pure-Go kernel on every architecture and AVX2
-// kernels on amd64; Q8_0 weights also have AVX-512 VNNI kernels (one
-// VPDPBUSD for 32 multiply-adds), chosen at run time where the CPU has
-// them (Use picks a family by name).
+// kernels on amd64; Q8_0 weights and the K-quants also have AVX-512 VNNI
+// kernels (one VPDPBUSD for 32 multiply-adds), chosen at run time where
+// the CPU has them (Use picks a family by name).
 //
 // Every kernel reduces in a fixed order that depends only on the length of
 // its inputs, never on the batch size, the thread count or the CPU features
@@ -19,8 +19,8 @@
 // What it owns: the canonical reduction orders (order.go), the pure-Go
 // kernels that define them (generic.go), the AVX2+FMA+F16C assembly that
 // reproduces them on amd64 (simd_*_amd64.s, chosen at run time, or never
-// with the purego build tag) and its AVX-512 VNNI variants for Q8_0
-// (*q8vnni_amd64.s), the Q8_0 quantisation of activations, and the
+// with the purego build tag) and its AVX-512 VNNI variants for Q8_0 and
+// the K-quants (*vnni_amd64.s), the Q8_0 quantisation of activations, and the
 // Pool of worker goroutines that splits a MatMul's rows. What it must never
 // do: let a result depend on anything but the inputs it is computing, or
 // read and write files, the network or the clock.

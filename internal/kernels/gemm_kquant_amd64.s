@@ -100,21 +100,10 @@ GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
 	VMULPS Y9, T, T; \
 	VFNMADD231PS T, S, ACC
 
-// GK_PF9 fetches nine cache lines at BX (a Q4_K superblock's share, 4·144
-// bytes, of the next four rows), GK_PF14 fourteen (Q6_K's 4·210).
-#define GK_PF9 \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	PREFETCHT0 448(BX); \
-	PREFETCHT0 512(BX)
-
+// GK_PF14 fetches fourteen cache lines at BX (Q6_K's share, 4·210 bytes,
+// of the next four rows); K_PF9 (simd_kquant_amd64.h) nine, Q4_K's 4·144.
 #define GK_PF14 \
-	GK_PF9; \
+	K_PF9; \
 	PREFETCHT0 576(BX); \
 	PREFETCHT0 640(BX); \
 	PREFETCHT0 704(BX); \
@@ -142,7 +131,7 @@ g4kSuper:
 	G4K_CHUNK(48, 416, 576)
 	G4K_CHUNK(80, 736, 896)
 	G4K_CHUNK(112, 1056, 1216)
-	GK_PF9
+	K_PF9
 	ADDQ $576, BX
 	LEAQ 96(SP), R9
 	MOVQ $8, R10
@@ -420,7 +409,7 @@ g3kSuper:
 	G3K_REC(64, 2, VPSRLW, 3, 896)
 	G3K_REC(64, 4, VPSRLW, 4, 1056)
 	G3K_REC(64, 6, VPSRLW, 5, 1216)
-	GK_PF9
+	K_PF9
 	ADDQ $440, BX
 	LEAQ 96(SP), R9
 	MOVQ $8, R10
@@ -521,7 +510,7 @@ g2kSuper:
 	G2K_REC(48, 2, 1056)
 	G2K_REC(48, 4, 1248)
 	G2K_REC(48, 6, 1440)
-	GK_PF9
+	K_PF9
 	ADDQ $336, BX
 	LEAQ 96(SP), R9
 	MOVQ $8, R10

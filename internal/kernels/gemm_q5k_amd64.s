@@ -123,15 +123,7 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 // G5K_PF fetches the eleven cache lines at BX: a superblock's share,
 // 4·176 bytes, of the next four rows.
 #define G5K_PF \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	PREFETCHT0 448(BX); \
-	PREFETCHT0 512(BX); \
+	K_PF9; \
 	PREFETCHT0 576(BX); \
 	PREFETCHT0 640(BX)
 

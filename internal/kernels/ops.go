@@ -9,7 +9,7 @@ import (
 
 // Features names the kernel path this process uses, "avx2 fma f16c",
 // "avx2 fma f16c avx512-vnni" (AVX2 kernels, and the 8-bit products of
-// Q8_0 weights on AVX-512 VNNI) or "generic", for logs and benchmark output. The path changes speed only,
+// Q8_0 and K-quant weights on AVX-512 VNNI) or "generic", for logs and benchmark output. The path changes speed only,
 // never results.
 func Features() string {
 	if !useSIMD {

@@ -158,7 +158,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	case tensor.BF16:
 		p1, p3, p4, s1, s1n = matBF16x1, matBF16x3, matBF16x4, matBF16x1s, matBF16x1sn
 	case tensor.Q8_0:
-		q1, q2, q4 = q8Kernels()
+		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
 	case tensor.Q4_0:
 		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
 	case tensor.Q4_1:
@@ -181,6 +181,9 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		// No assembly kernel: the Go one is the only path.
 		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
 		return
+	}
+	if vnniOn() {
+		q1, q2, q4 = vnniTwins(w.Type, q1, q2, q4)
 	}
 	nb := cols / 32
 	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {
@@ -344,13 +347,4 @@ func matQ8Strided(w *Matrix, rb, r0, r1 int, xq []byte, nb, n int, out []float32
 		s1(wp, rb, q, unsafe.Pointer(&xq[2*xs]), nb, &out[2*ostride+r0], q*rb)
 	}
 	return r0 + 4*q
-}
-
-// q8Kernels returns the one-, two- and four-token Q8_0 kernels in use:
-// the AVX-512 VNNI ones where the CPU has them, else the AVX2 ones.
-func q8Kernels() (q1 quantX1, q2, q4 quantX4) {
-	if vnniOn() {
-		return matQ8x1VNNI, matQ8x2VNNI, matQ8x4VNNI
-	}
-	return matQ8x1, matQ8x2, matQ8x4
 }

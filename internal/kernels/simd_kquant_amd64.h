@@ -1,5 +1,7 @@
-// Shared by simd_q4k_amd64.s, simd_q6k_amd64.s and simd_q3k_amd64.s: the
-// layout notes, constants and reductions of the K-quant kernels.
+// Shared by simd_q4k_amd64.s, simd_q5k_amd64.s, simd_q6k_amd64.s and
+// simd_q3k_amd64.s, their VNNI twins (simd_q*k_vnni_amd64.s, with
+// simd_kquant_vnni_amd64.h) and the batched K-quant kernels: the layout
+// notes, constants, quant unpacking and reductions of the K-quant kernels.
 
 // AVX2 kernels for Q4_K and Q6_K weights against Q8_0-quantised
 // activations (36-byte blocks: a float32 scale, 32 int8 values). They
@@ -185,6 +187,12 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 	VPMADDUBSW XO+40(Rt), Y10, Y13; \
 	VPMADDWD Y8, Y12, Y12; \
 	VPMADDWD Y8, Y13, Y13; \
+	KM_BFOLD(Rt, XO, SO, ACC, SLOT)
+
+// KM_BFOLD is KM_TOKLO from the two blocks' dword sums of x (Y12, Y13)
+// on: they fold to both blocks' B, the odd one's goes to SLOT, and the
+// even block's terms go into ACC.
+#define KM_BFOLD(Rt, XO, SO, ACC, SLOT) \
 	VPERM2I128 $0x20, Y13, Y12, Y14; \
 	VPERM2I128 $0x31, Y13, Y12, Y12; \
 	VPADDD Y12, Y14, Y14; \
@@ -206,37 +214,38 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 // its B read back from SLOT.
 #define KM_TOKHI(Rt, XO, SO, ACC, SLOT) \
 	KM_A(Rt, XO, SO); \
+	KM_HITERMS(Rt, XO, ACC, SLOT)
+
+// KM_HITERMS is KM_TOKHI after its A: the odd block's two terms.
+#define KM_HITERMS(Rt, XO, ACC, SLOT) \
 	VBROADCASTSS XO(Rt), X12; \
 	VMULPS 64(SP), X12, X13; \
 	VMULPS 80(SP), X12, X12; \
 	VFMADD231PS X13, X11, ACC; \
 	VFNMADD231PS SLOT(SP), X12, ACC
 
-#define KM_LO1(XO, SO) \
-	KM_TOKLO(R8, XO, SO, X4, 96)
+// KM_TOKS1, KM_TOKS2 and KM_TOKS4 run the token step TOK (KM_TOKLO or
+// KM_TOKHI, or a VNNI twin) for one, two or four tokens, each with its
+// accumulator and frame slot.
+#define KM_TOKS1(TOK, XO, SO) \
+	TOK(R8, XO, SO, X4, 96)
 
-#define KM_HI1(XO, SO) \
-	KM_TOKHI(R8, XO, SO, X4, 96)
+#define KM_TOKS2(TOK, XO, SO) \
+	TOK(R8, XO, SO, X4, 96); \
+	TOK(R9, XO, SO, X5, 112)
 
-#define KM_LO2(XO, SO) \
-	KM_TOKLO(R8, XO, SO, X4, 96); \
-	KM_TOKLO(R9, XO, SO, X5, 112)
+#define KM_TOKS4(TOK, XO, SO) \
+	TOK(R8, XO, SO, X4, 96); \
+	TOK(R9, XO, SO, X5, 112); \
+	TOK(R10, XO, SO, X6, 128); \
+	TOK(R11, XO, SO, X7, 144)
 
-#define KM_HI2(XO, SO) \
-	KM_TOKHI(R8, XO, SO, X4, 96); \
-	KM_TOKHI(R9, XO, SO, X5, 112)
-
-#define KM_LO4(XO, SO) \
-	KM_TOKLO(R8, XO, SO, X4, 96); \
-	KM_TOKLO(R9, XO, SO, X5, 112); \
-	KM_TOKLO(R10, XO, SO, X6, 128); \
-	KM_TOKLO(R11, XO, SO, X7, 144)
-
-#define KM_HI4(XO, SO) \
-	KM_TOKHI(R8, XO, SO, X4, 96); \
-	KM_TOKHI(R9, XO, SO, X5, 112); \
-	KM_TOKHI(R10, XO, SO, X6, 128); \
-	KM_TOKHI(R11, XO, SO, X7, 144)
+#define KM_LO1(XO, SO) KM_TOKS1(KM_TOKLO, XO, SO)
+#define KM_HI1(XO, SO) KM_TOKS1(KM_TOKHI, XO, SO)
+#define KM_LO2(XO, SO) KM_TOKS2(KM_TOKLO, XO, SO)
+#define KM_HI2(XO, SO) KM_TOKS2(KM_TOKHI, XO, SO)
+#define KM_LO4(XO, SO) KM_TOKS4(KM_TOKLO, XO, SO)
+#define KM_HI4(XO, SO) KM_TOKS4(KM_TOKHI, XO, SO)
 
 // KX_ENTRY1 and KX_ENTRY start a one-token kernel and a two- or four-token
 // one (QENTRY) with the constants of KCONST(C10).
@@ -417,3 +426,293 @@ GLOBL k3shv<>(SB), RODATA|NOPTR, $16
 	VPSHUFB k4ddShuf<>(SB), X11, X11; \
 	VCVTPH2PS X11, Y11; \
 	VMOVUPS Y11, SLOT(SP)
+
+// ---- Q4_K and Q6_K quants (simd_q4k_amd64.s, simd_q6k_amd64.s and
+// their VNNI twins) ----
+
+// Q4K_LO and Q4K_HI unpack the low or high nibbles of the four rows' 32
+// quant bytes at OFF: sub-block 2c and 2c+1 of chunk c.
+#define Q4K_LO(OFF) \
+	VPAND OFF(DX), Y9, Y0; \
+	VPAND OFF(DX)(R12*1), Y9, Y1; \
+	VPAND OFF(DX)(R14*1), Y9, Y2; \
+	VPAND OFF(DX)(R15*1), Y9, Y3
+
+#define Q4K_HI(OFF) \
+	VMOVDQU OFF(DX), Y0; \
+	VMOVDQU OFF(DX)(R12*1), Y1; \
+	VMOVDQU OFF(DX)(R14*1), Y2; \
+	VMOVDQU OFF(DX)(R15*1), Y3; \
+	VPSRLW $4, Y0, Y0; \
+	VPSRLW $4, Y1, Y1; \
+	VPSRLW $4, Y2, Y2; \
+	VPSRLW $4, Y3, Y3; \
+	VPAND Y9, Y0, Y0; \
+	VPAND Y9, Y1, Y1; \
+	VPAND Y9, Y2, Y2; \
+	VPAND Y9, Y3, Y3
+
+// Q4K_PREFETCH fetches this superblock's share (4·144 bytes) of the next
+// four rows.
+#define Q4K_PREFETCH \
+	K_PF9; \
+	ADDQ $576, BX
+
+// K_PF9 fetches the nine cache lines at BX.
+#define K_PF9 \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	PREFETCHT0 448(BX); \
+	PREFETCHT0 512(BX)
+
+// Q6K_HEAD transposes the four rows' sixteen int8 scales into the frame
+// and stores their d as float32 at 64(SP) (KS_STORE, KD_F16).
+#define Q6K_HEAD \
+	VMOVDQU 192(DX), X0; \
+	VMOVDQU 192(DX)(R12*1), X1; \
+	VMOVDQU 192(DX)(R14*1), X2; \
+	VMOVDQU 192(DX)(R15*1), X3; \
+	KS_STORE; \
+	KD_F16(208)
+
+// Quarter k of a half: low four bits from the low (k = 0, 1) or high
+// (k = 2, 3) nibbles of ql at QL, high two bits from bits 2k, 2k+1 of qh
+// at QH, moved to bits 4, 5. R is the row's offset register, Y the
+// destination; Y15 is scratch.
+#define Q6K_Q0(QL, QH, R, Y) \
+	VPAND QL(DX)(R*1), Y9, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPSLLW $4, Y15, Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_Q1(QL, QH, R, Y) \
+	VPAND QL(DX)(R*1), Y9, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPSLLW $2, Y15, Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_Q2(QL, QH, R, Y) \
+	VMOVDQU QL(DX)(R*1), Y; \
+	VPSRLW $4, Y, Y; \
+	VPAND Y9, Y, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_Q3(QL, QH, R, Y) \
+	VMOVDQU QL(DX)(R*1), Y; \
+	VPSRLW $4, Y, Y; \
+	VPAND Y9, Y, Y; \
+	VMOVDQU QH(DX)(R*1), Y15; \
+	VPSRLW $2, Y15, Y15; \
+	VPAND k4x30<>(SB), Y15, Y15; \
+	VPOR Y15, Y, Y
+
+#define Q6K_ROWS0(QL, QH) \
+	Q6K_Q0(QL, QH, AX, Y0); \
+	Q6K_Q0(QL, QH, R12, Y1); \
+	Q6K_Q0(QL, QH, R14, Y2); \
+	Q6K_Q0(QL, QH, R15, Y3)
+
+#define Q6K_ROWS1(QL, QH) \
+	Q6K_Q1(QL, QH, AX, Y0); \
+	Q6K_Q1(QL, QH, R12, Y1); \
+	Q6K_Q1(QL, QH, R14, Y2); \
+	Q6K_Q1(QL, QH, R15, Y3)
+
+#define Q6K_ROWS2(QL, QH) \
+	Q6K_Q2(QL, QH, AX, Y0); \
+	Q6K_Q2(QL, QH, R12, Y1); \
+	Q6K_Q2(QL, QH, R14, Y2); \
+	Q6K_Q2(QL, QH, R15, Y3)
+
+#define Q6K_ROWS3(QL, QH) \
+	Q6K_Q3(QL, QH, AX, Y0); \
+	Q6K_Q3(QL, QH, R12, Y1); \
+	Q6K_Q3(QL, QH, R14, Y2); \
+	Q6K_Q3(QL, QH, R15, Y3)
+
+// Q6K_PREFETCH fetches this superblock's share (4·210 bytes) of the next
+// four rows.
+#define Q6K_PREFETCH \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	PREFETCHT0 448(BX); \
+	PREFETCHT0 512(BX); \
+	PREFETCHT0 576(BX); \
+	PREFETCHT0 640(BX); \
+	PREFETCHT0 704(BX); \
+	PREFETCHT0 768(BX); \
+	PREFETCHT0 832(BX); \
+	ADDQ $840, BX
+
+// ---- Q5_K quants (simd_q5k_amd64.s and its VNNI twin) ----
+
+// k5bit holds the byte masks 1<<k: activation block k's quants take bit k
+// of each qh byte, and 0x10 (entry 4) is the fifth bit's value.
+DATA k5bit<>+0(SB)/8, $0x8040201008040201
+GLOBL k5bit<>(SB), RODATA|NOPTR, $8
+
+// Q5K_BIT ORs 16 into the four rows' quants in Y0-Y3 where bit K of their
+// qh bytes is set: (qh & 1<<K) == 1<<K gives 0xff, masked to 0x10.
+#define Q5K_BIT(K) \
+	VPBROADCASTB k5bit<>+K(SB), Y12; \
+	VPBROADCASTB k5bit<>+4(SB), Y14; \
+	VPAND 16(DX), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y0, Y0; \
+	VPAND 16(DX)(R12*1), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y1, Y1; \
+	VPAND 16(DX)(R14*1), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y2, Y2; \
+	VPAND 16(DX)(R15*1), Y12, Y13; \
+	VPCMPEQB Y12, Y13, Y13; \
+	VPAND Y14, Y13, Y13; \
+	VPOR Y13, Y3, Y3
+
+// Q5K_LO and Q5K_HI unpack the four rows' quants of activation block K:
+// the low (K even) or high (K odd) nibbles of the 32 bytes at OFF, and
+// bit K of qh.
+#define Q5K_LO(OFF, K) \
+	Q4K_LO(OFF); \
+	Q5K_BIT(K)
+
+#define Q5K_HI(OFF, K) \
+	Q4K_HI(OFF); \
+	Q5K_BIT(K)
+
+// Q5K_PREFETCH fetches this superblock's share (4·176 bytes) of the next
+// four rows.
+#define Q5K_PREFETCH \
+	K_PF9; \
+	PREFETCHT0 576(BX); \
+	PREFETCHT0 640(BX); \
+	ADDQ $704, BX
+
+// ---- Q3_K and Q2_K headers and quants (simd_q3k_amd64.s and its VNNI
+// twin) ----
+
+// K23CONST is KCONST with Y9 the 0x03 bytes.
+#define K23CONST(C10) \
+	VMOVDQU k4ones16<>(SB), Y8; \
+	VMOVDQU k3x03<>(SB), Y9; \
+	VMOVDQU C10, Y10
+
+// Q3K_HEAD and Q2K_HEAD decode the four rows' headers into the frame,
+// Q3K_ROWS and Q2K_ROWS unpack one activation block's quants into Y0-Y3.
+#define Q3K_HEAD \
+	Q3K_SC(AX, X0); \
+	Q3K_SC(R12, X1); \
+	Q3K_SC(R14, X2); \
+	Q3K_SC(R15, X3); \
+	KS_STORE; \
+	KD_F16(108)
+
+#define Q3K_ROWS(QO, SH, HOP, HSH) \
+	Q3K_Q(QO, SH, HOP, HSH, AX, Y0); \
+	Q3K_Q(QO, SH, HOP, HSH, R12, Y1); \
+	Q3K_Q(QO, SH, HOP, HSH, R14, Y2); \
+	Q3K_Q(QO, SH, HOP, HSH, R15, Y3)
+
+// Q2K_HEAD stores the four rows' scales and mins and their d and dmin
+// (bytes 80..83, as Q4_K's first four) into the frame.
+#define Q2K_HEAD \
+	VMOVDQU (DX), X0; \
+	VMOVDQU (DX)(R12*1), X1; \
+	VMOVDQU (DX)(R14*1), X2; \
+	VMOVDQU (DX)(R15*1), X3; \
+	KS_STORE; \
+	VMOVDQU 0(SP), Y0; \
+	VMOVDQU 32(SP), Y1; \
+	VPSRLW $4, Y0, Y2; \
+	VPSRLW $4, Y1, Y3; \
+	VPAND k4nib<>(SB), Y0, Y0; \
+	VPAND k4nib<>(SB), Y1, Y1; \
+	VPAND k4nib<>(SB), Y2, Y2; \
+	VPAND k4nib<>(SB), Y3, Y3; \
+	VMOVDQU Y0, 0(SP); \
+	VMOVDQU Y1, 32(SP); \
+	VMOVDQU Y2, 64(SP); \
+	VMOVDQU Y3, 96(SP); \
+	K2_DD(128)
+
+#define Q2K_ROWS(QO, SH) \
+	K2_Q(QO, SH, AX, Y0); \
+	K2_Q(QO, SH, R12, Y1); \
+	K2_Q(QO, SH, R14, Y2); \
+	K2_Q(QO, SH, R15, Y3)
+
+// Q3K_SUPERT and Q2K_SUPERT run one superblock for the tokens of T (K_T1,
+// K_T2, K_T4) with the per-token step TOK (KS_TOK or Q2K_TOK, or their
+// VNNI forms).
+#define Q3K_SUPERT(T, TOK) \
+	Q3K_HEAD; \
+	Q3K_ROWS(32, 0, VPSLLW, 2); \
+	T(TOK, 0, 0); \
+	Q3K_ROWS(32, 2, VPSLLW, 1); \
+	T(TOK, 36, 8); \
+	Q3K_ROWS(32, 4, VPSRLW, 0); \
+	T(TOK, 72, 16); \
+	Q3K_ROWS(32, 6, VPSRLW, 1); \
+	T(TOK, 108, 24); \
+	Q3K_ROWS(64, 0, VPSRLW, 2); \
+	T(TOK, 144, 32); \
+	Q3K_ROWS(64, 2, VPSRLW, 3); \
+	T(TOK, 180, 40); \
+	Q3K_ROWS(64, 4, VPSRLW, 4); \
+	T(TOK, 216, 48); \
+	Q3K_ROWS(64, 6, VPSRLW, 5); \
+	T(TOK, 252, 56); \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	PREFETCHT0 384(BX); \
+	ADDQ $440, BX; \
+	ADDQ $110, DX
+
+#define Q2K_SUPERT(T, TOK) \
+	Q2K_HEAD; \
+	Q2K_ROWS(16, 0); \
+	T(TOK, 0, 0); \
+	Q2K_ROWS(16, 2); \
+	T(TOK, 36, 8); \
+	Q2K_ROWS(16, 4); \
+	T(TOK, 72, 16); \
+	Q2K_ROWS(16, 6); \
+	T(TOK, 108, 24); \
+	Q2K_ROWS(48, 0); \
+	T(TOK, 144, 32); \
+	Q2K_ROWS(48, 2); \
+	T(TOK, 180, 40); \
+	Q2K_ROWS(48, 4); \
+	T(TOK, 216, 48); \
+	Q2K_ROWS(48, 6); \
+	T(TOK, 252, 56); \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	PREFETCHT0 192(BX); \
+	PREFETCHT0 256(BX); \
+	PREFETCHT0 320(BX); \
+	ADDQ $336, BX; \
+	ADDQ $84, DX

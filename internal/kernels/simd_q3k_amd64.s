@@ -4,7 +4,9 @@
 #include "simd_amd64.h"
 #include "simd_kquant_amd64.h"
 
-// The Q3_K and Q2_K kernels; simd_kquant_amd64.h describes the layout.
+// The Q3_K and Q2_K kernels; simd_kquant_amd64.h describes the layout and
+// holds the headers' and quants' unpacking, shared with the VNNI twins
+// (simd_q3k_vnni_amd64.s).
 // Both take the two low bits of activation block j's quants from bits
 // 2(j%4), 2(j%4)+1 of the 32 qs bytes of half j/4 (a load, a word shift
 // and a mask by Y9 = 0x03 bytes).
@@ -21,85 +23,13 @@
 // of each half broadcast across its lane; then Q4_K's two fused
 // multiply-adds. Y10 holds byte ones for Σx.
 
-#define K23CONST(C10) \
-	VMOVDQU k4ones16<>(SB), Y8; \
-	VMOVDQU k3x03<>(SB), Y9; \
-	VMOVDQU C10, Y10
-
 // ---- Q3_K ----
-
-#define Q3K_HEAD \
-	Q3K_SC(AX, X0); \
-	Q3K_SC(R12, X1); \
-	Q3K_SC(R14, X2); \
-	Q3K_SC(R15, X3); \
-	KS_STORE; \
-	KD_F16(108)
-
-#define Q3K_ROWS(QO, SH, HOP, HSH) \
-	Q3K_Q(QO, SH, HOP, HSH, AX, Y0); \
-	Q3K_Q(QO, SH, HOP, HSH, R12, Y1); \
-	Q3K_Q(QO, SH, HOP, HSH, R14, Y2); \
-	Q3K_Q(QO, SH, HOP, HSH, R15, Y3)
 
 // Q3K_SUPER runs one superblock for the tokens of T (K_T1, K_T2, K_T4).
 #define Q3K_SUPER(T) \
-	Q3K_HEAD; \
-	Q3K_ROWS(32, 0, VPSLLW, 2); \
-	T(KS_TOK, 0, 0); \
-	Q3K_ROWS(32, 2, VPSLLW, 1); \
-	T(KS_TOK, 36, 8); \
-	Q3K_ROWS(32, 4, VPSRLW, 0); \
-	T(KS_TOK, 72, 16); \
-	Q3K_ROWS(32, 6, VPSRLW, 1); \
-	T(KS_TOK, 108, 24); \
-	Q3K_ROWS(64, 0, VPSRLW, 2); \
-	T(KS_TOK, 144, 32); \
-	Q3K_ROWS(64, 2, VPSRLW, 3); \
-	T(KS_TOK, 180, 40); \
-	Q3K_ROWS(64, 4, VPSRLW, 4); \
-	T(KS_TOK, 216, 48); \
-	Q3K_ROWS(64, 6, VPSRLW, 5); \
-	T(KS_TOK, 252, 56); \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	ADDQ $440, BX; \
-	ADDQ $110, DX
+	Q3K_SUPERT(T, KS_TOK)
 
 // ---- Q2_K ----
-
-// Q2K_HEAD stores the four rows' scales and mins and their d and dmin
-// (bytes 80..83, as Q4_K's first four) into the frame.
-#define Q2K_HEAD \
-	VMOVDQU (DX), X0; \
-	VMOVDQU (DX)(R12*1), X1; \
-	VMOVDQU (DX)(R14*1), X2; \
-	VMOVDQU (DX)(R15*1), X3; \
-	KS_STORE; \
-	VMOVDQU 0(SP), Y0; \
-	VMOVDQU 32(SP), Y1; \
-	VPSRLW $4, Y0, Y2; \
-	VPSRLW $4, Y1, Y3; \
-	VPAND k4nib<>(SB), Y0, Y0; \
-	VPAND k4nib<>(SB), Y1, Y1; \
-	VPAND k4nib<>(SB), Y2, Y2; \
-	VPAND k4nib<>(SB), Y3, Y3; \
-	VMOVDQU Y0, 0(SP); \
-	VMOVDQU Y1, 32(SP); \
-	VMOVDQU Y2, 64(SP); \
-	VMOVDQU Y3, 96(SP); \
-	K2_DD(128)
-
-#define Q2K_ROWS(QO, SH) \
-	K2_Q(QO, SH, AX, Y0); \
-	K2_Q(QO, SH, R12, Y1); \
-	K2_Q(QO, SH, R14, Y2); \
-	K2_Q(QO, SH, R15, Y3)
 
 // Q2K_TOK adds activation block XO/36 of the token at Rt into ACC, SO =
 // 8·XO/36 locating its two scales (and, 64 bytes on, its two mins).
@@ -127,32 +57,9 @@
 	VFMADD231PS X14, X11, ACC; \
 	VFNMADD231PS X13, X12, ACC
 
+// Q2K_SUPER is Q3K_SUPER for Q2_K.
 #define Q2K_SUPER(T) \
-	Q2K_HEAD; \
-	Q2K_ROWS(16, 0); \
-	T(Q2K_TOK, 0, 0); \
-	Q2K_ROWS(16, 2); \
-	T(Q2K_TOK, 36, 8); \
-	Q2K_ROWS(16, 4); \
-	T(Q2K_TOK, 72, 16); \
-	Q2K_ROWS(16, 6); \
-	T(Q2K_TOK, 108, 24); \
-	Q2K_ROWS(48, 0); \
-	T(Q2K_TOK, 144, 32); \
-	Q2K_ROWS(48, 2); \
-	T(Q2K_TOK, 180, 40); \
-	Q2K_ROWS(48, 4); \
-	T(Q2K_TOK, 216, 48); \
-	Q2K_ROWS(48, 6); \
-	T(Q2K_TOK, 252, 56); \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	ADDQ $336, BX; \
-	ADDQ $84, DX
+	Q2K_SUPERT(T, Q2K_TOK)
 
 // K23_X is the body of a one-, two- or four-token kernel (OUT, GROUP,
 // T, ADV, STORE, PARTIAL: out+40, KX_GROUP1, K_T1, K23_ADV1, STORE1,

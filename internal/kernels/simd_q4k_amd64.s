@@ -4,46 +4,10 @@
 #include "simd_amd64.h"
 #include "simd_kquant_amd64.h"
 
-// The Q4_K kernels; simd_kquant_amd64.h describes the layout.
+// The Q4_K kernels; simd_kquant_amd64.h describes the layout and holds the
+// quants' unpacking, shared with the VNNI twins (simd_q4k_vnni_amd64.s).
 
 // ---- Q4_K ----
-
-
-// Q4K_LO and Q4K_HI unpack the low or high nibbles of the four rows' 32
-// quant bytes at OFF: sub-block 2c and 2c+1 of chunk c.
-#define Q4K_LO(OFF) \
-	VPAND OFF(DX), Y9, Y0; \
-	VPAND OFF(DX)(R12*1), Y9, Y1; \
-	VPAND OFF(DX)(R14*1), Y9, Y2; \
-	VPAND OFF(DX)(R15*1), Y9, Y3
-
-#define Q4K_HI(OFF) \
-	VMOVDQU OFF(DX), Y0; \
-	VMOVDQU OFF(DX)(R12*1), Y1; \
-	VMOVDQU OFF(DX)(R14*1), Y2; \
-	VMOVDQU OFF(DX)(R15*1), Y3; \
-	VPSRLW $4, Y0, Y0; \
-	VPSRLW $4, Y1, Y1; \
-	VPSRLW $4, Y2, Y2; \
-	VPSRLW $4, Y3, Y3; \
-	VPAND Y9, Y0, Y0; \
-	VPAND Y9, Y1, Y1; \
-	VPAND Y9, Y2, Y2; \
-	VPAND Y9, Y3, Y3
-
-// Q4K_PREFETCH fetches this superblock's share (4·144 bytes) of the next
-// four rows.
-#define Q4K_PREFETCH \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	PREFETCHT0 448(BX); \
-	PREFETCHT0 512(BX); \
-	ADDQ $576, BX
 
 // func matQ4Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ4Kx1(SB), NOSPLIT, $160-48

@@ -9,77 +9,9 @@
 // header's first 16 bytes are a Q4_K header's, so Q4K_HEAD decodes them;
 // the quants sit at 48 instead of 16, and qh at 16. Quants 0..31 keep
 // VPMADDUBSW's pair sums within int16 (2·31·128 < 2^15) and A exact
-// (|A| < 2^23), so the token steps are Q4_K's unchanged; they are
-// repeated here under Q5K_ names because macros do not cross files. They
-// give dotQ5KGo's bits.
-
-// k5bit holds the byte masks 1<<k: activation block k's quants take bit k
-// of each qh byte, and 0x10 (entry 4) is the fifth bit's value.
-DATA k5bit<>+0(SB)/8, $0x8040201008040201
-GLOBL k5bit<>(SB), RODATA|NOPTR, $8
-
-// Q5K_BIT ORs 16 into the four rows' quants in Y0-Y3 where bit K of their
-// qh bytes is set: (qh & 1<<K) == 1<<K gives 0xff, masked to 0x10.
-#define Q5K_BIT(K) \
-	VPBROADCASTB k5bit<>+K(SB), Y12; \
-	VPBROADCASTB k5bit<>+4(SB), Y14; \
-	VPAND 16(DX), Y12, Y13; \
-	VPCMPEQB Y12, Y13, Y13; \
-	VPAND Y14, Y13, Y13; \
-	VPOR Y13, Y0, Y0; \
-	VPAND 16(DX)(R12*1), Y12, Y13; \
-	VPCMPEQB Y12, Y13, Y13; \
-	VPAND Y14, Y13, Y13; \
-	VPOR Y13, Y1, Y1; \
-	VPAND 16(DX)(R14*1), Y12, Y13; \
-	VPCMPEQB Y12, Y13, Y13; \
-	VPAND Y14, Y13, Y13; \
-	VPOR Y13, Y2, Y2; \
-	VPAND 16(DX)(R15*1), Y12, Y13; \
-	VPCMPEQB Y12, Y13, Y13; \
-	VPAND Y14, Y13, Y13; \
-	VPOR Y13, Y3, Y3
-
-// Q5K_LO and Q5K_HI unpack the four rows' quants of activation block K:
-// the low (K even) or high (K odd) nibbles of the 32 bytes at OFF, and
-// bit K of qh.
-#define Q5K_LO(OFF, K) \
-	VPAND OFF(DX), Y9, Y0; \
-	VPAND OFF(DX)(R12*1), Y9, Y1; \
-	VPAND OFF(DX)(R14*1), Y9, Y2; \
-	VPAND OFF(DX)(R15*1), Y9, Y3; \
-	Q5K_BIT(K)
-
-#define Q5K_HI(OFF, K) \
-	VMOVDQU OFF(DX), Y0; \
-	VMOVDQU OFF(DX)(R12*1), Y1; \
-	VMOVDQU OFF(DX)(R14*1), Y2; \
-	VMOVDQU OFF(DX)(R15*1), Y3; \
-	VPSRLW $4, Y0, Y0; \
-	VPSRLW $4, Y1, Y1; \
-	VPSRLW $4, Y2, Y2; \
-	VPSRLW $4, Y3, Y3; \
-	VPAND Y9, Y0, Y0; \
-	VPAND Y9, Y1, Y1; \
-	VPAND Y9, Y2, Y2; \
-	VPAND Y9, Y3, Y3; \
-	Q5K_BIT(K)
-
-// Q5K_PREFETCH fetches this superblock's share (4·176 bytes) of the next
-// four rows.
-#define Q5K_PREFETCH \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	PREFETCHT0 448(BX); \
-	PREFETCHT0 512(BX); \
-	PREFETCHT0 576(BX); \
-	PREFETCHT0 640(BX); \
-	ADDQ $704, BX
+// (|A| < 2^23), so the token steps are Q4_K's unchanged. The quants'
+// unpacking (Q5K_LO, Q5K_HI) is in simd_kquant_amd64.h, shared with the
+// VNNI twins (simd_q5k_vnni_amd64.s). They give dotQ5KGo's bits.
 
 // func matQ5Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ5Kx1(SB), NOSPLIT, $160-48

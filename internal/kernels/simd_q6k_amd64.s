@@ -4,97 +4,10 @@
 #include "simd_amd64.h"
 #include "simd_kquant_amd64.h"
 
-// The Q6_K kernels; simd_kquant_amd64.h describes the layout.
+// The Q6_K kernels; simd_kquant_amd64.h describes the layout and holds the
+// quants' unpacking, shared with the VNNI twins (simd_q6k_vnni_amd64.s).
 
 // ---- Q6_K ----
-
-// Q6K_HEAD transposes the four rows' sixteen int8 scales into the frame
-// and stores their d as float32 at 64(SP) (KS_STORE, KD_F16).
-#define Q6K_HEAD \
-	VMOVDQU 192(DX), X0; \
-	VMOVDQU 192(DX)(R12*1), X1; \
-	VMOVDQU 192(DX)(R14*1), X2; \
-	VMOVDQU 192(DX)(R15*1), X3; \
-	KS_STORE; \
-	KD_F16(208)
-
-// Quarter k of a half: low four bits from the low (k = 0, 1) or high
-// (k = 2, 3) nibbles of ql at QL, high two bits from bits 2k, 2k+1 of qh
-// at QH, moved to bits 4, 5. R is the row's offset register, Y the
-// destination; Y15 is scratch.
-#define Q6K_Q0(QL, QH, R, Y) \
-	VPAND QL(DX)(R*1), Y9, Y; \
-	VMOVDQU QH(DX)(R*1), Y15; \
-	VPSLLW $4, Y15, Y15; \
-	VPAND k4x30<>(SB), Y15, Y15; \
-	VPOR Y15, Y, Y
-
-#define Q6K_Q1(QL, QH, R, Y) \
-	VPAND QL(DX)(R*1), Y9, Y; \
-	VMOVDQU QH(DX)(R*1), Y15; \
-	VPSLLW $2, Y15, Y15; \
-	VPAND k4x30<>(SB), Y15, Y15; \
-	VPOR Y15, Y, Y
-
-#define Q6K_Q2(QL, QH, R, Y) \
-	VMOVDQU QL(DX)(R*1), Y; \
-	VPSRLW $4, Y, Y; \
-	VPAND Y9, Y, Y; \
-	VMOVDQU QH(DX)(R*1), Y15; \
-	VPAND k4x30<>(SB), Y15, Y15; \
-	VPOR Y15, Y, Y
-
-#define Q6K_Q3(QL, QH, R, Y) \
-	VMOVDQU QL(DX)(R*1), Y; \
-	VPSRLW $4, Y, Y; \
-	VPAND Y9, Y, Y; \
-	VMOVDQU QH(DX)(R*1), Y15; \
-	VPSRLW $2, Y15, Y15; \
-	VPAND k4x30<>(SB), Y15, Y15; \
-	VPOR Y15, Y, Y
-
-#define Q6K_ROWS0(QL, QH) \
-	Q6K_Q0(QL, QH, AX, Y0); \
-	Q6K_Q0(QL, QH, R12, Y1); \
-	Q6K_Q0(QL, QH, R14, Y2); \
-	Q6K_Q0(QL, QH, R15, Y3)
-
-#define Q6K_ROWS1(QL, QH) \
-	Q6K_Q1(QL, QH, AX, Y0); \
-	Q6K_Q1(QL, QH, R12, Y1); \
-	Q6K_Q1(QL, QH, R14, Y2); \
-	Q6K_Q1(QL, QH, R15, Y3)
-
-#define Q6K_ROWS2(QL, QH) \
-	Q6K_Q2(QL, QH, AX, Y0); \
-	Q6K_Q2(QL, QH, R12, Y1); \
-	Q6K_Q2(QL, QH, R14, Y2); \
-	Q6K_Q2(QL, QH, R15, Y3)
-
-#define Q6K_ROWS3(QL, QH) \
-	Q6K_Q3(QL, QH, AX, Y0); \
-	Q6K_Q3(QL, QH, R12, Y1); \
-	Q6K_Q3(QL, QH, R14, Y2); \
-	Q6K_Q3(QL, QH, R15, Y3)
-
-// Q6K_PREFETCH fetches this superblock's share (4·210 bytes) of the next
-// four rows.
-#define Q6K_PREFETCH \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	PREFETCHT0 448(BX); \
-	PREFETCHT0 512(BX); \
-	PREFETCHT0 576(BX); \
-	PREFETCHT0 640(BX); \
-	PREFETCHT0 704(BX); \
-	PREFETCHT0 768(BX); \
-	PREFETCHT0 832(BX); \
-	ADDQ $840, BX
 
 // func matQ6Kx1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ6Kx1(SB), NOSPLIT, $80-48

@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
 // hasVNNI reports whether this CPU (and OS) runs the AVX-512 VNNI
@@ -77,4 +79,25 @@ func gemmQ8RowsVNNI(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []flo
 		}
 		quantTile(q1, q2, q4, wp, rb, rows, xq, nb, min(i, n), n, out[t0:], ostride)
 	}
+}
+
+// vnniTwins returns the VNNI twins of the one-, two- and four-token
+// kernels q1, q2 and q4 of weights of type t where there are some (Q8_0
+// and the K-quants), else q1, q2 and q4.
+func vnniTwins(t tensor.DType, q1 quantX1, q2, q4 quantX4) (quantX1, quantX4, quantX4) {
+	switch t {
+	case tensor.Q8_0:
+		return matQ8x1VNNI, matQ8x2VNNI, matQ8x4VNNI
+	case tensor.Q4_K:
+		return matQ4Kx1VNNI, matQ4Kx2VNNI, matQ4Kx4VNNI
+	case tensor.Q5_K:
+		return matQ5Kx1VNNI, matQ5Kx2VNNI, matQ5Kx4VNNI
+	case tensor.Q6_K:
+		return matQ6Kx1VNNI, matQ6Kx2VNNI, matQ6Kx4VNNI
+	case tensor.Q3_K:
+		return matQ3Kx1VNNI, matQ3Kx2VNNI, matQ3Kx4VNNI
+	case tensor.Q2_K:
+		return matQ2Kx1VNNI, matQ2Kx2VNNI, matQ2Kx4VNNI
+	}
+	return q1, q2, q4
 }
