@@ -15,7 +15,7 @@ func peakQ8Loop(rounds int)
 func peakF32Loop(rounds int)
 
 // peakQ8VNNILoop is peakQ8Loop's 512 multiply-adds a round in
-// gemmQ8x8VNNI's instructions, the ceiling of Q8_0 products where that
+// gemmQ8x16VNNI's instructions, the ceiling of Q8_0 products where that
 // kernel runs.
 //
 //go:noescape

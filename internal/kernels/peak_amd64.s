@@ -109,51 +109,41 @@ f32pDone:
 	VZEROUPPER
 	RET
 
-// Q8V is gemm_q8vnni_amd64.s's step for one row: four weights broadcast
-// with their sign bits flipped, then one VPDPBUSD against the tokens'
-// values: 32 multiply-adds.
-#define Q8V(WOFF, T, ACC) \
-	VPXORD.BCST WOFF(SI), Y8, T; \
-	VPDPBUSD Y9, T, ACC
+// Q8V is gemm_q8vnni_amd64.s's step of the sixteen-token kernel for one
+// row: four weight bytes broadcast by the instruction itself against
+// sixteen tokens' values, 64 multiply-adds.
+#define Q8V(WOFF, ACC) \
+	VPDPBUSD.BCST WOFF(SI), Z9, ACC
 
 // func peakQ8VNNILoop(rounds int)
 //
 // 512 multiply-adds a round, as peakQ8Loop's, over eight accumulators as
-// gemmQ8x8VNNI keeps them (VPDPBUSD's latency would bind four).
+// gemmQ8x16VNNI keeps them (VPDPBUSD's latency would bind four).
 TEXT ·peakQ8VNNILoop(SB), NOSPLIT, $0-8
 	MOVQ rounds+0(FP), CX
 	LEAQ peakData<>(SB), SI
-	VMOVDQU (SI), Y9
-	VMOVDQU (SI), Y8
-	VPXOR Y0, Y0, Y0
-	VPXOR Y1, Y1, Y1
-	VPXOR Y2, Y2, Y2
-	VPXOR Y3, Y3, Y3
-	VPXORD Y16, Y16, Y16
-	VPXORD Y17, Y17, Y17
-	VPXORD Y18, Y18, Y18
-	VPXORD Y19, Y19, Y19
+	VBROADCASTI64X4 (SI), Z9
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
 	TESTQ CX, CX
 	JLE q8vDone
 
 	PCALIGN $32
 q8vLoop:
-	Q8V(0, Y10, Y0)
-	Q8V(4, Y11, Y1)
-	Q8V(8, Y12, Y2)
-	Q8V(12, Y13, Y3)
-	Q8V(16, Y10, Y16)
-	Q8V(20, Y11, Y17)
-	Q8V(24, Y12, Y18)
-	Q8V(28, Y13, Y19)
-	Q8V(0, Y10, Y0)
-	Q8V(4, Y11, Y1)
-	Q8V(8, Y12, Y2)
-	Q8V(12, Y13, Y3)
-	Q8V(16, Y10, Y16)
-	Q8V(20, Y11, Y17)
-	Q8V(24, Y12, Y18)
-	Q8V(28, Y13, Y19)
+	Q8V(0, Z0)
+	Q8V(4, Z1)
+	Q8V(8, Z2)
+	Q8V(12, Z3)
+	Q8V(16, Z16)
+	Q8V(20, Z17)
+	Q8V(24, Z18)
+	Q8V(28, Z19)
 	DECQ CX
 	JNZ q8vLoop
 
