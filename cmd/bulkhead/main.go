@@ -56,7 +56,7 @@ func (h helpRequest) Error() string        { return flag.ErrHelp.Error() }
 func (h helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 
 func main() {
-	if v, ok := os.LookupEnv(kernelsEnv); ok {
+	if v := os.Getenv(kernelsEnv); v != "" {
 		// Here rather than in run: the choice is process-wide and must
 		// precede every product, and run is also called by tests that
 		// share one process.
@@ -133,7 +133,7 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'bulkhead <command> -h' for a command's flags.")
-	fmt.Fprintf(w, "%s=avx2 or =generic picks slower kernels (same results) than auto's.\n", kernelsEnv)
+	fmt.Fprintf(w, "%s=avx2 or =generic picks another kernel family than auto's (same results).\n", kernelsEnv)
 }
 
 // newFlags returns a FlagSet that reports errors instead of exiting or

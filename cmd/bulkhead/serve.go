@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/config"
+	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/server"
 )
 
@@ -147,5 +148,6 @@ func runPreflight(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
 	fmt.Fprintln(stdout, "ok:", plan)
+	fmt.Fprintln(stdout, "kernels:", kernels.Features())
 	return nil
 }

@@ -7,10 +7,11 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// Features names the kernel path this process uses, "avx2 fma f16c",
-// "avx2 fma f16c avx512-vnni" (AVX2 kernels, and the 8-bit products of
-// Q8_0 and K-quant weights on AVX-512 VNNI) or "generic", for logs and benchmark output. The path changes speed only,
-// never results.
+// Features names the kernel path this process uses, for logs and
+// benchmark output: "avx2 fma f16c", "avx2 fma f16c avx512-vnni" (AVX2
+// kernels, with the 8-bit products of Q8_0 weights, and the one- to
+// four-token ones of the K-quants, on AVX-512 VNNI) or "generic". The
+// path changes speed only, never results.
 func Features() string {
 	if !useSIMD {
 		return "generic"

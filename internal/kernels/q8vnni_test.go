@@ -455,3 +455,44 @@ func BenchmarkQ8VNNIKernels(b *testing.B) {
 		}
 	}
 }
+
+// TestGemmQ8VNNIEdges: the batched VNNI products (pairs of groups as
+// sixteen tokens, a group of eight, the tokens left over, and the table
+// of block sums the sixteen-token kernel starts from) against the AVX2
+// path, on weights holding every extreme vq8Weights makes, for token
+// counts around each boundary (13 is the least a pair takes, 16 a full
+// one, 25 to 28 a pair and a group with one to four left), row counts
+// around four, and a matrix whose chunks span several tiles, so that the
+// table is remade mid-call. Scales of NaN may come out with another
+// payload (the AVX2 path multiplies the two scales of a tile holding
+// -128 in the other order), so two NaNs match.
+func TestGemmQ8VNNIEdges(t *testing.T) {
+	needQ8VNNI(t)
+	rng := rand.New(rand.NewPCG(41, 42))
+	shapes := []struct{ rows, nb int }{{1, 1}, {2, 24}, {3, 2}, {4, 24}, {5, 1}, {6, 24}, {7, 2}, {8, 24}, {9, 3}, {13, 2}, {33, 24}, {1100, 24}}
+	ns := []int{5, 12, 13, 14, 16, 17, 21, 25, 26, 27, 28, 29, 31, 32, 33}
+	for k, sh := range shapes {
+		w := &Matrix{Type: tensor.Q8_0, Rows: sh.rows, Cols: sh.nb * 32, Data: vq8Weights(t, rng, sh.rows, sh.nb)}
+		for j, n := range ns {
+			if sh.rows > 100 && j%4 != k%4 {
+				continue // the big matrix: a few counts are enough
+			}
+			x := randFloats(rng, n*w.Cols)
+			var want, got []float32
+			func() {
+				defer func() { useVNNI = hasVNNI }()
+				useVNNI = false
+				want = matMulNew(1, w, x, n)
+				useVNNI = true
+				got = matMulNew(1, w, x, n)
+			}()
+			for i := range want {
+				a, b := want[i], got[i]
+				if math.Float32bits(a) != math.Float32bits(b) && !(a != a && b != b) {
+					t.Fatalf("%dx%d, n=%d: token %d row %d: VNNI %g (%#x), AVX2 %g (%#x)",
+						sh.rows, w.Cols, n, i/sh.rows, i%sh.rows, b, math.Float32bits(b), a, math.Float32bits(a))
+				}
+			}
+		}
+	}
+}

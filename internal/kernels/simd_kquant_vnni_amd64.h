@@ -1,5 +1,6 @@
 // The token steps of the one- to four-token K-quant kernels on AVX-512
-// VNNI (simd_q4k_vnni_amd64.s, simd_q6k_vnni_amd64.s): the AVX2 kernels'
+// VNNI (simd_q4k_vnni_amd64.s, simd_q5k_vnni_amd64.s,
+// simd_q6k_vnni_amd64.s and simd_q3k_vnni_amd64.s): the AVX2 kernels'
 // layout, quant unpacking, reductions and float steps (simd_kquant_amd64.h)
 // with VPDPBUSD in place of each VPMADDUBSW-VPMADDWD pair.
 //

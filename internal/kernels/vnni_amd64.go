@@ -16,8 +16,9 @@ import (
 var hasVNNI = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 	cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
-// useVNNI selects the VNNI kernels for Q8_0 weights where the CPU has
-// them. They give the same bits as the AVX2 ones (the integer sums are
+// useVNNI selects the VNNI kernels where the CPU has them: every
+// product of Q8_0 weights, and the one- to four-token products of the
+// K-quants (their batched products stay on the AVX2 kernels). They give the same bits as the AVX2 ones (the integer sums are
 // exact either way and the float steps are the same), so the choice is
 // one of speed only; tests and benchmarks clear it to compare the two.
 var useVNNI = hasVNNI
@@ -53,24 +54,37 @@ func q8NegSums(w unsafe.Pointer, rowBytes, rows, nb int, dst *int32)
 // row.
 const q8SumsCap = 2 * (tileBytes/34 + 4*gemmMaxBlocks)
 
-// gemmQ8RowsVNNI is gemmQ8Rows on the VNNI kernels: per tile, the
-// blocks' sums and scales once (q8NegSums), then pairs of groups of
+// gemmQ8RowsVNNI is gemmQ8Rows on the VNNI kernels: pairs of groups of
 // eight tokens through the sixteen-token kernel, a group left over
 // through the eight-token one, and the tokens left after that through
 // q1, q2 and q4.
 func gemmQ8RowsVNNI(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4) {
-	nb := w.Cols / 32
-	rb := nb * 34
+	if n < 8+gemmMinTokens {
+		// No pair: no sums to make (nor a buffer to clear).
+		vnniTiles(nil, w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+		return
+	}
 	var sums [q8SumsCap]int32
-	if (tile+3)/4*8*nb > len(sums) {
+	if (tile+3)/4*8*(w.Cols/32) > len(sums) {
 		panic("kernels: a Q8_0 tile's block sums outgrow their buffer")
 	}
+	vnniTiles(sums[:], w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+}
+
+// vnniTiles is gemmQ8RowsVNNI's loop over tiles: per tile, with pairs of
+// groups to multiply, the blocks' sums and scales once (q8NegSums, into
+// sums), then the kernels.
+func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4) {
+	nb := w.Cols / 32
+	rb := nb * 34
 	group := func(g int) unsafe.Pointer { return unsafe.Pointer(&xi[g*nb*xiBlock]) }
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
-		q8NegSums(wp, rb, rows, nb, &sums[0])
 		i, g := 0, 0
+		if n-i >= 8+gemmMinTokens {
+			q8NegSums(wp, rb, rows, nb, &sums[0])
+		}
 		for ; n-i >= 8+gemmMinTokens; i, g = i+16, g+2 {
 			gemmQ8x16VNNI(wp, rb, rows, group(g), group(g+1), nb, &out[i*ostride+t0], ostride*4, min(16, n-i), &sums[0])
 		}
