@@ -17,8 +17,9 @@ var hasVNNI = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 	cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
 // useVNNI selects the VNNI kernels where the CPU has them: every
-// product of Q8_0 weights, and the one- to four-token products of the
-// K-quants (their batched products stay on the AVX2 kernels). They give the same bits as the AVX2 ones (the integer sums are
+// product of Q8_0 and Q4_K weights, and the one- to four-token products
+// of the other K-quants (their batched products stay on the AVX2
+// kernels). They give the same bits as the AVX2 ones (the integer sums are
 // exact either way and the float steps are the same), so the choice is
 // one of speed only; tests and benchmarks clear it to compare the two.
 var useVNNI = hasVNNI

@@ -1,0 +1,94 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// gemmKVNNIRun calls the eight-token kernel g8 on every row of w for the
+// ntok tokens of xq, interleaved as gemmKRows has them, and returns the
+// results, token t's row r at t·ostride+r; the values between the rows
+// and ostride keep vq8Out's canary, so stray stores show.
+func gemmKVNNIRun(g8 gemmX8, w *Matrix, xq []byte, ntok, ostride int) []float32 {
+	nb := w.Cols / 32
+	rb, _ := w.Type.RowBytes(w.Cols)
+	xi := interleaveGroups(nil, xq, ntok, nb)
+	out := vq8Out(8 * ostride)
+	g8(unsafe.Pointer(&w.Data[0]), rb, w.Rows, unsafe.Pointer(&xi[0]), nb, &out[0], ostride*4, ntok)
+	return out
+}
+
+// gemmQ4Kx8VNNI must give gemmQ4Kx8's bits on the same interleaved
+// activations: every row count of a partial and whole group of four and
+// several groups, one to five superblocks, 5..8 tokens, on weights both
+// quantised from random data and kqWeights' extreme superblocks, against
+// kqActivations' extremes (-128 included) and quantised activations.
+func TestGemmQ4KVNNIMatchesAVX2(t *testing.T) {
+	needKVNNI(t)
+	rng := rand.New(rand.NewPCG(91, 92))
+	written, finite := 0, 0
+	for _, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33} {
+		for _, sbs := range []int{1, 2, 3, 5} {
+			cols := sbs * 256
+			nb := cols / 32
+			quantised, _ := randMatrix(t, rng, tensor.Q4_K, rows, cols)
+			for wk, w := range []*Matrix{quantised, kqWeights(rng, tensor.Q4_K, rows, cols)} {
+				for ntok := 5; ntok <= 8; ntok++ {
+					for ak, xq := range [][]byte{kqActivations(rng, ntok, nb), vq8Activations(rng, ntok, nb)} {
+						ostride := rows + 3
+						want := gemmKVNNIRun(gemmQ4Kx8, w, xq, ntok, ostride)
+						got := gemmKVNNIRun(gemmQ4Kx8VNNI, w, xq, ntok, ostride)
+						wr, fi := vq8Same(t, fmt.Sprintf("rows=%d cols=%d weights=%d acts=%d ntok=%d", rows, cols, wk, ak, ntok), got, want)
+						if wr != rows*ntok {
+							t.Fatalf("rows=%d ntok=%d: %d results written, want %d", rows, ntok, wr, rows*ntok)
+						}
+						written += wr
+						finite += fi
+					}
+				}
+			}
+		}
+	}
+	vq8Finite(t, written, finite)
+}
+
+// BenchmarkGemmQ4KVNNI compares gemmQ4Kx8 with gemmQ4Kx8VNNI on eight
+// tokens in one run (the machine's load varies between runs), on a
+// matrix larger than the caches and on one tile's worth that stays in
+// them.
+func BenchmarkGemmQ4KVNNI(b *testing.B) {
+	for _, sh := range [][2]int{{2048, 768}, {768, 2048}, {64, 2048}} {
+		rows, cols := sh[0], sh[1]
+		w := benchMatrix(b, tensor.Q4_K, rows, cols)
+		nb := cols / 32
+		rb, _ := tensor.Q4_K.RowBytes(cols)
+		rng := rand.New(rand.NewPCG(2, 3))
+		xq := make([]byte, 8*nb*xBlockBytes)
+		x := randFloats(rng, 8*cols)
+		for i := range 8 {
+			quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
+		}
+		xi := interleaveGroups(nil, xq, 8, nb)
+		out := make([]float32, 8*rows)
+		for _, k := range []struct {
+			name string
+			g8   gemmX8
+		}{{"avx2", gemmQ4Kx8}, {"vnni", gemmQ4Kx8VNNI}, {"avx2#2", gemmQ4Kx8}, {"vnni#2", gemmQ4Kx8VNNI}} {
+			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, k.name), func(b *testing.B) {
+				if !hasVNNI {
+					b.Skip("no AVX-512 VNNI on this CPU")
+				}
+				for b.Loop() {
+					k.g8(unsafe.Pointer(&w.Data[0]), rb, rows, unsafe.Pointer(&xi[0]), nb, &out[0], rows*4, 8)
+				}
+				b.ReportMetric(2*float64(rows*cols*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
