@@ -101,3 +101,60 @@ TOK: \
 	VXORPS Y7, Y7, Y7; \
 	MOVQ SI, DX; \
 	MOVQ nb+32(FP), CX
+
+// Q4_K's superblock unpacking for the eight-token kernels (gemmQ4Kx8 and
+// its VNNI twin).
+
+DATA g4kEighth<>+0(SB)/8, $0x3e0000003e000000
+DATA g4kEighth<>+8(SB)/8, $0x3e0000003e000000
+DATA g4kEighth<>+16(SB)/8, $0x3e0000003e000000
+DATA g4kEighth<>+24(SB)/8, $0x3e0000003e000000
+GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
+
+
+// G4K_SC converts sc and m of blocks J and J+1 (at SO(SP), SO+32(SP)) to
+// float32 (m divided by 8) in records A and B (frame offsets).
+#define G4K_SC(SO, A, B) \
+	VPMOVZXBD SO(SP), Y10; \
+	VCVTDQ2PS Y10, Y10; \
+	VMOVUPS X10, A+128(SP); \
+	VEXTRACTF128 $1, Y10, B+128(SP); \
+	VPMOVZXBD SO+32(SP), Y11; \
+	VCVTDQ2PS Y11, Y11; \
+	VMULPS g4kEighth<>(SB), Y11, Y11; \
+	VMOVUPS X11, A+144(SP); \
+	VEXTRACTF128 $1, Y11, B+144(SP)
+
+// G4K_NIB stores row R's low nibbles of the 32 quant bytes at OFF to
+// record A, the high ones to record B (blocks 2c and 2c+1 of chunk c).
+#define G4K_NIB(OFF, R, Y, A, B) \
+	VMOVDQU OFF(DX)(R*1), Y; \
+	VPAND Y15, Y, Y0; \
+	VMOVDQU Y0, A(SP); \
+	VPSRLW $4, Y, Y; \
+	VPAND Y15, Y, Y; \
+	VMOVDQU Y, B(SP)
+
+#define G4K_CHUNK(OFF, A, B) \
+	G4K_NIB(OFF, AX, Y10, A, B); \
+	G4K_NIB(OFF, R12, Y11, A+32, B+32); \
+	G4K_NIB(OFF, R14, Y12, A+64, B+64); \
+	G4K_NIB(OFF, R15, Y13, A+96, B+96)
+
+// G4K_SUPER unpacks the four rows' superblock at DX into the frame's
+// records (scales, mins and the quants' nibbles, two blocks a chunk) and
+// prefetches the next four rows' share.
+#define G4K_SUPER \
+	Q4K_HEAD(k4nib<>(SB)); \
+	G4K_SC(0, 96, 256); \
+	G4K_SC(8, 416, 576); \
+	G4K_SC(16, 736, 896); \
+	G4K_SC(24, 1056, 1216); \
+	VMOVDQU k4nib<>(SB), Y15; \
+	XORQ AX, AX; \
+	G4K_CHUNK(16, 96, 256); \
+	G4K_CHUNK(48, 416, 576); \
+	G4K_CHUNK(80, 736, 896); \
+	G4K_CHUNK(112, 1056, 1216); \
+	K_PF9; \
+	ADDQ $576, BX

@@ -24,42 +24,6 @@
 // dmin of rows 0..3 broadcast once a superblock (gemmQ4Kx8 loads them
 // once a block). General registers as gemmQ4Kx8's.
 
-DATA g4vEighth<>+0(SB)/8, $0x3e0000003e000000
-DATA g4vEighth<>+8(SB)/8, $0x3e0000003e000000
-DATA g4vEighth<>+16(SB)/8, $0x3e0000003e000000
-DATA g4vEighth<>+24(SB)/8, $0x3e0000003e000000
-GLOBL g4vEighth<>(SB), RODATA|NOPTR, $32
-
-// G4V_SC converts sc and m of blocks J and J+1 (at SO(SP), SO+32(SP)) to
-// float32 (m divided by 8) in records A and B (frame offsets), as
-// gemmQ4Kx8's G4K_SC.
-#define G4V_SC(SO, A, B) \
-	VPMOVZXBD SO(SP), Y10; \
-	VCVTDQ2PS Y10, Y10; \
-	VMOVUPS X10, A+128(SP); \
-	VEXTRACTF128 $1, Y10, B+128(SP); \
-	VPMOVZXBD SO+32(SP), Y11; \
-	VCVTDQ2PS Y11, Y11; \
-	VMULPS g4vEighth<>(SB), Y11, Y11; \
-	VMOVUPS X11, A+144(SP); \
-	VEXTRACTF128 $1, Y11, B+144(SP)
-
-// G4V_NIB stores row R's low nibbles of the 32 quant bytes at OFF to
-// record A, the high ones to record B (blocks 2c and 2c+1 of chunk c).
-#define G4V_NIB(OFF, R, Y, A, B) \
-	VMOVDQU OFF(DX)(R*1), Y; \
-	VPAND Y15, Y, Y0; \
-	VMOVDQU Y0, A(SP); \
-	VPSRLW $4, Y, Y; \
-	VPAND Y15, Y, Y; \
-	VMOVDQU Y, B(SP)
-
-#define G4V_CHUNK(OFF, A, B) \
-	G4V_NIB(OFF, AX, Y10, A, B); \
-	G4V_NIB(OFF, R12, Y11, A+32, B+32); \
-	G4V_NIB(OFF, R14, Y12, A+64, B+64); \
-	G4V_NIB(OFF, R15, Y13, A+96, B+96)
-
 // G4V_G multiplies group X_g (at XO(R8)) by the four rows' quants of the
 // group (at WO in the record) into A0-A3.
 #define G4V_G(XO, WO, A0, A1, A2, A3) \
@@ -103,19 +67,7 @@ g4vGroup:
 	GK_GROUP(g4vStore)
 
 g4vSuper:
-	Q4K_HEAD(k4nib<>(SB))
-	G4V_SC(0, 96, 256)
-	G4V_SC(8, 416, 576)
-	G4V_SC(16, 736, 896)
-	G4V_SC(24, 1056, 1216)
-	VMOVDQU k4nib<>(SB), Y15
-	XORQ AX, AX
-	G4V_CHUNK(16, 96, 256)
-	G4V_CHUNK(48, 416, 576)
-	G4V_CHUNK(80, 736, 896)
-	G4V_CHUNK(112, 1056, 1216)
-	K_PF9
-	ADDQ $576, BX
+	G4K_SUPER
 	VBROADCASTSS 64(SP), Y20
 	VBROADCASTSS 68(SP), Y21
 	VBROADCASTSS 72(SP), Y22
