@@ -515,42 +515,23 @@ GLOBL k3shv<>(SB), RODATA|NOPTR, $16
 	VPAND k4x30<>(SB), Y15, Y15; \
 	VPOR Y15, Y, Y
 
-#define Q6K_ROWS0(QL, QH) \
-	Q6K_Q0(QL, QH, AX, Y0); \
-	Q6K_Q0(QL, QH, R12, Y1); \
-	Q6K_Q0(QL, QH, R14, Y2); \
-	Q6K_Q0(QL, QH, R15, Y3)
+// Q6K_ROWS0 .. Q6K_ROWS3 unpack quarter 0..3 of the four rows' quants
+// (Q6K_ROWS with Q6K_Q0 .. Q6K_Q3) into Y0-Y3.
+#define Q6K_ROWS(Q, QL, QH) \
+	Q(QL, QH, AX, Y0); \
+	Q(QL, QH, R12, Y1); \
+	Q(QL, QH, R14, Y2); \
+	Q(QL, QH, R15, Y3)
 
-#define Q6K_ROWS1(QL, QH) \
-	Q6K_Q1(QL, QH, AX, Y0); \
-	Q6K_Q1(QL, QH, R12, Y1); \
-	Q6K_Q1(QL, QH, R14, Y2); \
-	Q6K_Q1(QL, QH, R15, Y3)
-
-#define Q6K_ROWS2(QL, QH) \
-	Q6K_Q2(QL, QH, AX, Y0); \
-	Q6K_Q2(QL, QH, R12, Y1); \
-	Q6K_Q2(QL, QH, R14, Y2); \
-	Q6K_Q2(QL, QH, R15, Y3)
-
-#define Q6K_ROWS3(QL, QH) \
-	Q6K_Q3(QL, QH, AX, Y0); \
-	Q6K_Q3(QL, QH, R12, Y1); \
-	Q6K_Q3(QL, QH, R14, Y2); \
-	Q6K_Q3(QL, QH, R15, Y3)
+#define Q6K_ROWS0(QL, QH) Q6K_ROWS(Q6K_Q0, QL, QH)
+#define Q6K_ROWS1(QL, QH) Q6K_ROWS(Q6K_Q1, QL, QH)
+#define Q6K_ROWS2(QL, QH) Q6K_ROWS(Q6K_Q2, QL, QH)
+#define Q6K_ROWS3(QL, QH) Q6K_ROWS(Q6K_Q3, QL, QH)
 
 // Q6K_PREFETCH fetches this superblock's share (4·210 bytes) of the next
 // four rows.
 #define Q6K_PREFETCH \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	PREFETCHT0 128(BX); \
-	PREFETCHT0 192(BX); \
-	PREFETCHT0 256(BX); \
-	PREFETCHT0 320(BX); \
-	PREFETCHT0 384(BX); \
-	PREFETCHT0 448(BX); \
-	PREFETCHT0 512(BX); \
+	K_PF9; \
 	PREFETCHT0 576(BX); \
 	PREFETCHT0 640(BX); \
 	PREFETCHT0 704(BX); \
