@@ -42,36 +42,7 @@
 	VMOVUPS Y5, 128(SP); \
 	VMOVUPS Y6, 160(SP); \
 	VMOVUPS Y7, 192(SP); \
-	MOVQ ntok+56(FP), R9; \
-	MOVQ ostride+48(FP), R10; \
-	MOVQ R13, R11; \
-	CMPQ R11, $4; \
-	JLE ROWS; \
-	MOVQ $4, R11; \
-ROWS: \
-	LEAQ 96(SP), BX; \
-	MOVQ DI, R8; \
-ROW: \
-	MOVQ R8, DX; \
-	XORQ CX, CX; \
-TOK: \
-	MOVL (BX)(CX*4), AX; \
-	MOVL AX, (DX); \
-	ADDQ R10, DX; \
-	INCQ CX; \
-	CMPQ CX, R9; \
-	JLT TOK; \
-	ADDQ $32, BX; \
-	ADDQ $4, R8; \
-	DECQ R11; \
-	JNZ ROW; \
-	CMPQ R13, $4; \
-	JLE DONE; \
-	ADDQ $16, DI; \
-	MOVQ rowBytes+8(FP), AX; \
-	LEAQ (SI)(AX*4), SI; \
-	SUBQ $4, R13; \
-	JMP LOOP
+	G8_WRITE(LOOP, DONE, ROWS, ROW, TOK, 96, 32, ntok+56, ostride+48)
 
 // GK_ENTRY starts an eight-token K-quant kernel (arguments as gemmQ8x8's;
 // QENTRY): weights in SI, rows left in R13, the output in DI, int16 ones

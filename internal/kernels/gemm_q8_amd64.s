@@ -236,40 +236,7 @@ g8Store:
 	VMOVUPS Y5, 32(SP)
 	VMOVUPS Y6, 64(SP)
 	VMOVUPS Y7, 96(SP)
-	MOVQ ntok+56(FP), R9
-	MOVQ ostride+48(FP), R10
-	MOVQ R13, R11
-	CMPQ R11, $4
-	JLE g8Rows
-	MOVQ $4, R11
-
-g8Rows:
-	LEAQ 0(SP), BX
-	MOVQ DI, R8
-
-g8Row:
-	MOVQ R8, DX
-	XORQ CX, CX
-
-g8Tok:
-	MOVL (BX)(CX*4), AX
-	MOVL AX, (DX)
-	ADDQ R10, DX
-	INCQ CX
-	CMPQ CX, R9
-	JLT g8Tok
-	ADDQ $32, BX
-	ADDQ $4, R8
-	DECQ R11
-	JNZ g8Row
-
-	CMPQ R13, $4
-	JLE g8Done
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JMP g8Group
+	G8_WRITE(g8Group, g8Done, g8Rows, g8Row, g8Tok, 0, 32, ntok+56, ostride+48)
 
 g8Done:
 	VZEROUPPER

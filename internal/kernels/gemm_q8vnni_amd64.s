@@ -228,46 +228,14 @@ block:
 	JNZ block
 
 store:
-	// Spill the four rows' sixteen tokens and store the ntok real
-	// tokens of the (up to four) real rows, as GK_STORE does for eight.
+	// Spill the four rows' sixteen tokens and write the ntok real
+	// tokens of the (up to four) real rows.
 	MOVQ R9, 0(SP)
 	VMOVUPS Z4, 64(SP)
 	VMOVUPS Z5, 128(SP)
 	VMOVUPS Z6, 192(SP)
 	VMOVUPS Z7, 256(SP)
-	MOVQ ntok+64(FP), R9
-	MOVQ ostride+56(FP), R10
-	MOVQ R13, R11
-	CMPQ R11, $4
-	JLE rows4
-	MOVQ $4, R11
-
-rows4:
-	LEAQ 64(SP), BX
-	MOVQ DI, R8
-
-row:
-	MOVQ R8, DX
-	XORQ CX, CX
-
-tok:
-	MOVL (BX)(CX*4), AX
-	MOVL AX, (DX)
-	ADDQ R10, DX
-	INCQ CX
-	CMPQ CX, R9
-	JLT tok
-	ADDQ $64, BX
-	ADDQ $4, R8
-	DECQ R11
-	JNZ row
-	CMPQ R13, $4
-	JLE done
-	ADDQ $16, DI
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), SI
-	SUBQ $4, R13
-	JMP group
+	G8_WRITE(group, done, rows4, row, tok, 64, 64, ntok+64, ostride+56)
 
 done:
 	VZEROUPPER

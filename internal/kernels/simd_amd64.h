@@ -333,3 +333,42 @@ reduce: \
 done: \
 	VZEROUPPER; \
 	RET
+
+// G8_WRITE ends a group of four rows of the eight- and sixteen-token
+// kernels: it writes out[t*ostride/4 + r] for the (up to four) real rows
+// and the ntok real tokens (frame arguments NTOK and OSTRIDE) from their
+// spill at BASE(SP), row r's tokens STRIDE bytes after row r-1's, then
+// moves SI and DI to the next four rows and jumps to LOOP, or to DONE
+// after the last. ROWS, ROW and TOK name its labels. AX, BX, CX, DX and
+// R8-R11 are clobbered.
+#define G8_WRITE(LOOP, DONE, ROWS, ROW, TOK, BASE, STRIDE, NTOK, OSTRIDE) \
+	MOVQ NTOK(FP), R9; \
+	MOVQ OSTRIDE(FP), R10; \
+	MOVQ R13, R11; \
+	CMPQ R11, $4; \
+	JLE ROWS; \
+	MOVQ $4, R11; \
+ROWS: \
+	LEAQ BASE(SP), BX; \
+	MOVQ DI, R8; \
+ROW: \
+	MOVQ R8, DX; \
+	XORQ CX, CX; \
+TOK: \
+	MOVL (BX)(CX*4), AX; \
+	MOVL AX, (DX); \
+	ADDQ R10, DX; \
+	INCQ CX; \
+	CMPQ CX, R9; \
+	JLT TOK; \
+	ADDQ $STRIDE, BX; \
+	ADDQ $4, R8; \
+	DECQ R11; \
+	JNZ ROW; \
+	CMPQ R13, $4; \
+	JLE DONE; \
+	ADDQ $16, DI; \
+	MOVQ rowBytes+8(FP), AX; \
+	LEAQ (SI)(AX*4), SI; \
+	SUBQ $4, R13; \
+	JMP LOOP
