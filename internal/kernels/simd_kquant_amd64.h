@@ -168,7 +168,12 @@ GLOBL k4tr4<>(SB), RODATA|NOPTR, $32
 // KM_A leaves in X11 the four rows' A = sc·Σq·x (as float32) of the
 // activation block at XO(Rt) against the quants in Y0-Y3, SO locating sc.
 #define KM_A(Rt, XO, SO) \
-	K_DOT4(Rt, XO); \
+	KM_ADOT(K_DOT4, Rt, XO, SO)
+
+// KM_ADOT is KM_A with the four rows' dot products by DOT (K_DOT4 or its
+// VNNI twin).
+#define KM_ADOT(DOT, Rt, XO, SO) \
+	DOT(Rt, XO); \
 	VEXTRACTI128 $1, Y11, X12; \
 	VPADDD X12, X11, X11; \
 	VPMOVZXBD SO(SP), X12; \

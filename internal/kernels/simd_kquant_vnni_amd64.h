@@ -47,12 +47,7 @@
 
 // VKM_A is KM_A with VK_DOT4.
 #define VKM_A(Rt, XO, SO) \
-	VK_DOT4(Rt, XO); \
-	VEXTRACTI128 $1, Y11, X12; \
-	VPADDD X12, X11, X11; \
-	VPMOVZXBD SO(SP), X12; \
-	VPMULLD X12, X11, X11; \
-	VCVTDQ2PS X11, X11
+	KM_ADOT(VK_DOT4, Rt, XO, SO)
 
 // VKM_TOKLO is KM_TOKLO on VNNI: the two blocks' dword sums of x come
 // from VPDPBUSD against the byte ones in Y10, then fold as there.
