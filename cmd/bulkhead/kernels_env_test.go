@@ -36,7 +36,8 @@ func TestKernelsEnv(t *testing.T) {
 	if err != nil || want == "" {
 		t.Fatalf("auto: %v, %q\n%s", err, want, errOut)
 	}
-	families := map[string]string{"auto": kernels.Features(), "generic": "generic"}
+	// Empty is auto, as unset is.
+	families := map[string]string{"auto": kernels.Features(), "": kernels.Features(), "generic": "generic"}
 	if runtime.GOARCH == "amd64" {
 		families["avx2"] = "avx2 fma f16c"
 	}

@@ -1,5 +1,7 @@
 // Shared by the eight-token K-quant kernels (gemm_kquant_amd64.s,
-// gemm_q5k_amd64.s) and the legacy ones (gemm_legacy_amd64.s).
+// gemm_q5k_amd64.s, and gemmQ4Kx8's VNNI twin in
+// gemm_kquant_vnni_amd64.s), the legacy ones (gemm_legacy_amd64.s) and
+// the VNNI Q8_0 ones (gemm_q8vnni_amd64.s, for GK_ROWS and GK_STORE).
 
 // GQ_FIRST and GQ_NEXT add group G's pair sums of the four rows to Y0-Y3
 // (GQ_FIRST sets them).

@@ -59,9 +59,9 @@ func TestGemmQ4KVNNIMatchesAVX2(t *testing.T) {
 }
 
 // BenchmarkGemmQ4KVNNI compares gemmQ4Kx8 with gemmQ4Kx8VNNI on eight
-// tokens in one run (the machine's load varies between runs), on a
-// matrix larger than the caches and on one tile's worth that stays in
-// them.
+// tokens in one run (the machine's load varies between runs), on two
+// matrices of 864 KiB (in L3, not in L2) and on one tile's worth that
+// stays in L2.
 func BenchmarkGemmQ4KVNNI(b *testing.B) {
 	for _, sh := range [][2]int{{2048, 768}, {768, 2048}, {64, 2048}} {
 		rows, cols := sh[0], sh[1]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"unsafe"
 
@@ -463,9 +464,8 @@ func BenchmarkQ8VNNIKernels(b *testing.B) {
 // counts around each boundary (13 is the least a pair takes, 16 a full
 // one, 25 to 28 a pair and a group with one to four left), row counts
 // around four, and a matrix whose chunks span several tiles, so that the
-// table is remade mid-call. Scales of NaN may come out with another
-// payload (the AVX2 path multiplies the two scales of a tile holding
-// -128 in the other order), so two NaNs match.
+// table is remade mid-call. NaN scales must keep their payloads too:
+// activation scales are never NaN, so both paths return the weight's.
 func TestGemmQ8VNNIEdges(t *testing.T) {
 	needQ8VNNI(t)
 	rng := rand.New(rand.NewPCG(41, 42))
@@ -488,11 +488,42 @@ func TestGemmQ8VNNIEdges(t *testing.T) {
 			}()
 			for i := range want {
 				a, b := want[i], got[i]
-				if math.Float32bits(a) != math.Float32bits(b) && !(a != a && b != b) {
+				if math.Float32bits(a) != math.Float32bits(b) {
 					t.Fatalf("%dx%d, n=%d: token %d row %d: VNNI %g (%#x), AVX2 %g (%#x)",
 						sh.rows, w.Cols, n, i/sh.rows, i%sh.rows, b, math.Float32bits(b), a, math.Float32bits(a))
 				}
 			}
 		}
+	}
+}
+
+// The dispatch picks the VNNI twins for exactly the types that have them:
+// every other type keeps the kernels it was given.
+func TestVNNISelection(t *testing.T) {
+	ptr := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
+	if ptr(vnniBatched(tensor.Q4_K, gemmQ4Kx8)) != ptr(gemmQ4Kx8VNNI) {
+		t.Error("Q4_K's batched product is not the VNNI kernel")
+	}
+	for _, c := range []struct {
+		t      tensor.DType
+		g8     gemmX8
+		q1     quantX1
+		q2, q4 quantX4
+		v1     quantX1
+	}{
+		{tensor.Q6_K, gemmQ6Kx8, matQ6Kx1, matQ6Kx2, matQ6Kx4, matQ6Kx1VNNI},
+		{tensor.Q5_1, gemmQ51x8, matQ51x1, matQ51x2, matQ51x4, matQ51x1},
+	} {
+		if ptr(vnniBatched(c.t, c.g8)) != ptr(c.g8) {
+			t.Errorf("%s: batched product changed", c.t)
+		}
+		q1, _, _ := vnniTwins(c.t, c.q1, c.q2, c.q4)
+		if ptr(q1) != ptr(c.v1) {
+			t.Errorf("%s: one-token kernel not the expected one", c.t)
+		}
+	}
+	q1, q2, q4 := vnniTwins(tensor.Q8_0, matQ8x1, matQ8x2, matQ8x4)
+	if ptr(q1) != ptr(matQ8x1VNNI) || ptr(q2) != ptr(matQ8x2VNNI) || ptr(q4) != ptr(matQ8x4VNNI) {
+		t.Error("Q8_0's one- to four-token kernels are not the VNNI ones")
 	}
 }

@@ -184,9 +184,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	}
 	if vnniOn() {
 		q1, q2, q4 = vnniTwins(w.Type, q1, q2, q4)
-		if w.Type == tensor.Q4_K {
-			g8 = gemmQ4Kx8VNNI
-		}
+		g8 = vnniBatched(w.Type, g8)
 	}
 	nb := cols / 32
 	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {

@@ -338,7 +338,8 @@ done: \
 // kernels: it writes out[t*ostride/4 + r] for the (up to four) real rows
 // and the ntok real tokens (frame arguments NTOK and OSTRIDE) from their
 // spill at BASE(SP), row r's tokens STRIDE bytes after row r-1's, then
-// moves SI and DI to the next four rows and jumps to LOOP, or to DONE
+// moves SI and DI to the next four rows (rowBytes+8(FP) apart, the same
+// offset in every such kernel's frame) and jumps to LOOP, or to DONE
 // after the last. ROWS, ROW and TOK name its labels. AX, BX, CX, DX and
 // R8-R11 are clobbered.
 #define G8_WRITE(LOOP, DONE, ROWS, ROW, TOK, BASE, STRIDE, NTOK, OSTRIDE) \

@@ -96,6 +96,16 @@ func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, 
 	}
 }
 
+// vnniBatched returns the VNNI twin of the eight-token kernel g8 of
+// weights of type t where there is one (Q4_K; Q8_0's batched products
+// take gemmQ8RowsVNNI), else g8.
+func vnniBatched(t tensor.DType, g8 gemmX8) gemmX8 {
+	if t == tensor.Q4_K {
+		return gemmQ4Kx8VNNI
+	}
+	return g8
+}
+
 // vnniTwins returns the VNNI twins of the one-, two- and four-token
 // kernels q1, q2 and q4 of weights of type t where there are some (Q8_0
 // and the K-quants), else q1, q2 and q4.

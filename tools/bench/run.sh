@@ -41,7 +41,7 @@ for t in q8_0 f32 q4_k; do
   done
 done
 
-echo "== kernel families: auto (AVX-512 VNNI for Q8_0 where the CPU has it) against BULKHEAD_KERNELS=avx2, Q8_0, 2 threads, alternating"
+echo "== kernel families: auto (AVX-512 VNNI where the CPU has it) against BULKHEAD_KERNELS=avx2, Q8_0, 2 threads, alternating"
 for k in avx2 auto avx2 auto; do
   BULKHEAD_KERNELS=$k "$bh" bench model --model "$out/r110m-q8_0.gguf" --threads 2 --reps 3 --json | tail -1 | sed "s/^/$k /" | tee -a "$out/families.txt"
 done
