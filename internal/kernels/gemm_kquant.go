@@ -41,11 +41,17 @@ func gemmQ51x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, 
 
 type gemmX8 func(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 
+// gemmX16 is a sixteen-token kernel: gemmX8 on two interleaved groups of
+// eight, xa (tokens 0..7) and xb (8..15).
+type gemmX16 func(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+
 // gemmKRows is matRowsSIMD for K-quant weights and at least gemmMinTokens
-// tokens: tile by tile, groups of eight tokens (the last one partial if it
-// holds at least gemmMinTokens) take g8, the tokens left over the four-row
-// kernels q1, q2, q4. xi is as for gemmQ8Rows; nil has it built here.
-func gemmKRows(g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int) {
+// tokens: tile by tile, pairs of groups of eight tokens take g16 where
+// there is one (the second group holding at least gemmMinTokens), groups
+// of eight (the last one partial if it holds at least gemmMinTokens) g8,
+// and the tokens left over the four-row kernels q1, q2, q4. xi is as for
+// gemmQ8Rows; nil has it built here.
+func gemmKRows(g16 gemmX16, g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int) {
 	nb := w.Cols / 32
 	if xi == nil {
 		xi = interleaveGroups(nil, xq, n, nb)
@@ -54,9 +60,13 @@ func gemmKRows(g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile in
 	for t0 := r0; t0 < r1; t0 += tile {
 		rows := min(tile, r1-t0)
 		wp := unsafe.Pointer(&w.Data[t0*rb])
-		i := 0
-		for g := 0; n-i >= gemmMinTokens; i, g = i+8, g+1 {
-			g8(wp, rb, rows, unsafe.Pointer(&xi[g*nb*xiBlock]), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
+		group := func(g int) unsafe.Pointer { return unsafe.Pointer(&xi[g*nb*xiBlock]) }
+		i, g := 0, 0
+		for ; g16 != nil && n-i >= 8+gemmMinTokens; i, g = i+16, g+2 {
+			g16(wp, rb, rows, group(g), group(g+1), nb, &out[i*ostride+t0], ostride*4, min(16, n-i))
+		}
+		for ; n-i >= gemmMinTokens; i, g = i+8, g+1 {
+			g8(wp, rb, rows, group(g), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
 		}
 		i = min(i, n)
 		quantTile(q1, q2, q4, wp, rb, rows, xq, nb, i, n, out[t0:], ostride)

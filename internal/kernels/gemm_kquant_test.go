@@ -25,7 +25,9 @@ var (
 // partial groups of eight, with the four-row kernels taking the rest), every
 // row count 1..9 (whole and partial fours), one, three and eight superblocks,
 // on the extreme blocks of kqWeights and kqActivations.
-func TestGemmKQuantMatchesGo(t *testing.T) {
+func TestGemmKQuantMatchesGo(t *testing.T) { eachQ8Path(t, gemmKQuantMatchesGo) }
+
+func gemmKQuantMatchesGo(t *testing.T) {
 	needSIMD(t)
 	kqSweep(t, rand.New(rand.NewPCG(61, 62)), gemmKTypes, kqCols, 5, 20)
 }
@@ -40,7 +42,9 @@ func TestGemmLegacyMatchesGo(t *testing.T) {
 // Several tiles of tileBytes, on the whole matrix and on a sub-range of
 // rows as a pool thread gets it, so that the kernel's row groups, partial
 // last four and prefetch run across tiles.
-func TestGemmKQuantTiles(t *testing.T) {
+func TestGemmKQuantTiles(t *testing.T) { eachQ8Path(t, gemmKQuantTiles) }
+
+func gemmKQuantTiles(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(63, 64))
 	for _, typ := range gemmTypes {
@@ -58,7 +62,9 @@ func TestGemmKQuantTiles(t *testing.T) {
 // Through the pool, as the model runs them: quantised matrices, one and
 // two threads, and a MatMuls whose products of several types share one
 // interleaving of the activations (gemmInterleave).
-func TestGemmKQuantPool(t *testing.T) {
+func TestGemmKQuantPool(t *testing.T) { eachQ8Path(t, gemmKQuantPool) }
+
+func gemmKQuantPool(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(65, 66))
 	types := append([]tensor.DType{tensor.Q8_0, tensor.Q4_0}, gemmTypes...)

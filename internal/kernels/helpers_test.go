@@ -62,10 +62,11 @@ func firstBitDiff(a, b []float32) int {
 	return -1
 }
 
-// eachQ8Path runs f once on each family of Q8_0 kernels this CPU has:
-// the AVX2 ones ("base"; the pure-Go ones where there are none) and, where
-// the CPU has AVX-512 VNNI, those too ("vnni"). A VNNI machine, which
-// selects its own kernels, thereby still checks the AVX2 ones.
+// eachQ8Path runs f once on each family of kernels this CPU has: the AVX2
+// ones ("base"; the pure-Go ones where there are none) and, where the CPU
+// has AVX-512 VNNI, those too ("vnni": Q8_0's and the K-quants'). A VNNI
+// machine, which selects its own kernels, thereby still checks the AVX2
+// ones.
 func eachQ8Path(t *testing.T, f func(t *testing.T)) {
 	old := useVNNI
 	defer func() { useVNNI = old }()

@@ -501,8 +501,8 @@ func TestGemmQ8VNNIEdges(t *testing.T) {
 // every other type keeps the kernels it was given.
 func TestVNNISelection(t *testing.T) {
 	ptr := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
-	if ptr(vnniBatched(tensor.Q4_K, gemmQ4Kx8)) != ptr(gemmQ4Kx8VNNI) {
-		t.Error("Q4_K's batched product is not the VNNI kernel")
+	if g16, g8 := vnniBatched(tensor.Q4_K, gemmQ4Kx8); ptr(g16) != ptr(gemmQ4Kx16VNNI) || ptr(g8) != ptr(gemmQ4Kx8VNNI) {
+		t.Error("Q4_K's batched products are not the VNNI kernels")
 	}
 	for _, c := range []struct {
 		t      tensor.DType
@@ -514,7 +514,7 @@ func TestVNNISelection(t *testing.T) {
 		{tensor.Q6_K, gemmQ6Kx8, matQ6Kx1, matQ6Kx2, matQ6Kx4, matQ6Kx1VNNI},
 		{tensor.Q5_1, gemmQ51x8, matQ51x1, matQ51x2, matQ51x4, matQ51x1},
 	} {
-		if ptr(vnniBatched(c.t, c.g8)) != ptr(c.g8) {
+		if g16, g8 := vnniBatched(c.t, c.g8); g16 != nil || ptr(g8) != ptr(c.g8) {
 			t.Errorf("%s: batched product changed", c.t)
 		}
 		q1, _, _ := vnniTwins(c.t, c.q1, c.q2, c.q4)

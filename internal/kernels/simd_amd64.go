@@ -182,9 +182,10 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
 		return
 	}
+	var g16 gemmX16 // a sixteen-token kernel, where there is one
 	if vnniOn() {
 		q1, q2, q4 = vnniTwins(w.Type, q1, q2, q4)
-		g8 = vnniBatched(w.Type, g8)
+		g16, g8 = vnniBatched(w.Type, g8)
 	}
 	nb := cols / 32
 	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {
@@ -193,7 +194,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
 			return
 		case g8 != nil:
-			gemmKRows(g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			gemmKRows(g16, g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
 			return
 		}
 	}

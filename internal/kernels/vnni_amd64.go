@@ -96,14 +96,14 @@ func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, 
 	}
 }
 
-// vnniBatched returns the VNNI twin of the eight-token kernel g8 of
-// weights of type t where there is one (Q4_K; Q8_0's batched products
-// take gemmQ8RowsVNNI), else g8.
-func vnniBatched(t tensor.DType, g8 gemmX8) gemmX8 {
+// vnniBatched returns the VNNI sixteen-token kernel and the VNNI twin of
+// the eight-token kernel g8 of weights of type t where there are some
+// (Q4_K; Q8_0's batched products take gemmQ8RowsVNNI), else nil and g8.
+func vnniBatched(t tensor.DType, g8 gemmX8) (gemmX16, gemmX8) {
 	if t == tensor.Q4_K {
-		return gemmQ4Kx8VNNI
+		return gemmQ4Kx16VNNI, gemmQ4Kx8VNNI
 	}
-	return g8
+	return nil, g8
 }
 
 // vnniTwins returns the VNNI twins of the one-, two- and four-token

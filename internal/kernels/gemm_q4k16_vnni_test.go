@@ -1,0 +1,107 @@
+//go:build amd64 && !purego
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/bulkhead-llm/bulkhead/internal/tensor"
+)
+
+// q4k16Run multiplies every row of w by the ntok (9..16) tokens of xq,
+// interleaved as gemmKRows has them, either through gemmQ4Kx16VNNI or,
+// with pair false, through gemmQ4Kx8 once per group of eight, and returns
+// the results as gemmKVNNIRun does (vq8Out's canary between the rows).
+func q4k16Run(pair bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
+	nb := w.Cols / 32
+	rb, _ := w.Type.RowBytes(w.Cols)
+	xi := interleaveGroups(nil, xq, ntok, nb)
+	xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
+	wp := unsafe.Pointer(&w.Data[0])
+	out := vq8Out(16 * ostride)
+	if pair {
+		gemmQ4Kx16VNNI(wp, rb, w.Rows, xa, xb, nb, &out[0], ostride*4, ntok)
+	} else {
+		gemmQ4Kx8(wp, rb, w.Rows, xa, nb, &out[0], ostride*4, 8)
+		gemmQ4Kx8(wp, rb, w.Rows, xb, nb, &out[8*ostride], ostride*4, ntok-8)
+	}
+	return out
+}
+
+// gemmQ4Kx16VNNI must give the bits of gemmQ4Kx8 on each of its two
+// groups: partial and whole groups of four rows and several groups, one
+// to five superblocks, 13..16 tokens (the second group's missing tokens
+// zero blocks), on quantised and kqWeights' extreme weights, against
+// kqActivations' extremes and quantised activations.
+func TestGemmQ4K16VNNIMatchesAVX2(t *testing.T) {
+	needKVNNI(t)
+	rng := rand.New(rand.NewPCG(93, 94))
+	written, finite := 0, 0
+	for _, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33} {
+		for _, sbs := range []int{1, 2, 3, 5} {
+			cols := sbs * 256
+			nb := cols / 32
+			quantised, _ := randMatrix(t, rng, tensor.Q4_K, rows, cols)
+			for wk, w := range []*Matrix{quantised, kqWeights(rng, tensor.Q4_K, rows, cols)} {
+				for ntok := 13; ntok <= 16; ntok++ {
+					for ak, xq := range [][]byte{kqActivations(rng, ntok, nb), vq8Activations(rng, ntok, nb)} {
+						ostride := rows + 3
+						want := q4k16Run(false, w, xq, ntok, ostride)
+						got := q4k16Run(true, w, xq, ntok, ostride)
+						wr, fi := vq8Same(t, fmt.Sprintf("rows=%d cols=%d weights=%d acts=%d ntok=%d", rows, cols, wk, ak, ntok), got, want)
+						if wr != rows*ntok {
+							t.Fatalf("rows=%d ntok=%d: %d results written, want %d", rows, ntok, wr, rows*ntok)
+						}
+						written += wr
+						finite += fi
+					}
+				}
+			}
+		}
+	}
+	vq8Finite(t, written, finite)
+}
+
+// BenchmarkGemmQ4K16VNNI compares two calls of gemmQ4Kx8VNNI with one of
+// gemmQ4Kx16VNNI on sixteen tokens, alternating in one run (the
+// machine's load varies between runs), on matrices of 288 KiB.
+func BenchmarkGemmQ4K16VNNI(b *testing.B) {
+	for _, sh := range [][2]int{{512, 1024}, {256, 2048}} {
+		rows, cols := sh[0], sh[1]
+		w := benchMatrix(b, tensor.Q4_K, rows, cols)
+		nb := cols / 32
+		rb, _ := tensor.Q4_K.RowBytes(cols)
+		rng := rand.New(rand.NewPCG(2, 3))
+		xq := make([]byte, 16*nb*xBlockBytes)
+		x := randFloats(rng, 16*cols)
+		for i := range 16 {
+			quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
+		}
+		xi := interleaveGroups(nil, xq, 16, nb)
+		wp := unsafe.Pointer(&w.Data[0])
+		xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
+		out := make([]float32, 16*rows)
+		x8 := func() {
+			gemmQ4Kx8VNNI(wp, rb, rows, xa, nb, &out[0], rows*4, 8)
+			gemmQ4Kx8VNNI(wp, rb, rows, xb, nb, &out[8*rows], rows*4, 8)
+		}
+		x16 := func() { gemmQ4Kx16VNNI(wp, rb, rows, xa, xb, nb, &out[0], rows*4, 16) }
+		for _, k := range []struct {
+			name string
+			run  func()
+		}{{"x8x2", x8}, {"x16", x16}, {"x8x2#2", x8}, {"x16#2", x16}} {
+			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, k.name), func(b *testing.B) {
+				if !hasVNNI {
+					b.Skip("no AVX-512 VNNI on this CPU")
+				}
+				for b.Loop() {
+					k.run()
+				}
+				b.ReportMetric(2*float64(rows*cols*16)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
