@@ -31,7 +31,23 @@ func gemmKVNNIRun(g8 gemmX8, w *Matrix, xq []byte, ntok, ostride int) []float32 
 // kqActivations' extremes (-128 included) and quantised activations.
 func TestGemmQ4KVNNIMatchesAVX2(t *testing.T) {
 	needKVNNI(t)
-	rng := rand.New(rand.NewPCG(91, 92))
+	q4kVNNISweep(t, rand.New(rand.NewPCG(91, 92)), 5, 8, func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
+		if vnni {
+			return gemmKVNNIRun(gemmQ4Kx8VNNI, w, xq, ntok, ostride)
+		}
+		return gemmKVNNIRun(gemmQ4Kx8, w, xq, ntok, ostride)
+	})
+}
+
+// q4kVNNISweep demands that run give the same bits with vnni true (a VNNI
+// Q4_K batched kernel) and false (the AVX2 one) for ntok0..ntok1 tokens:
+// row counts of partial and whole groups of four and several groups, one
+// to five superblocks, weights quantised from random data and kqWeights'
+// extreme superblocks, activations kqActivations' extremes (-128
+// included) and quantised ones; run writes token t's row r at
+// t·ostride+r, and must write exactly rows·ntok values.
+func q4kVNNISweep(t *testing.T, rng *rand.Rand, ntok0, ntok1 int, run func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32) {
+	t.Helper()
 	written, finite := 0, 0
 	for _, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33} {
 		for _, sbs := range []int{1, 2, 3, 5} {
@@ -39,11 +55,11 @@ func TestGemmQ4KVNNIMatchesAVX2(t *testing.T) {
 			nb := cols / 32
 			quantised, _ := randMatrix(t, rng, tensor.Q4_K, rows, cols)
 			for wk, w := range []*Matrix{quantised, kqWeights(rng, tensor.Q4_K, rows, cols)} {
-				for ntok := 5; ntok <= 8; ntok++ {
+				for ntok := ntok0; ntok <= ntok1; ntok++ {
 					for ak, xq := range [][]byte{kqActivations(rng, ntok, nb), vq8Activations(rng, ntok, nb)} {
 						ostride := rows + 3
-						want := gemmKVNNIRun(gemmQ4Kx8, w, xq, ntok, ostride)
-						got := gemmKVNNIRun(gemmQ4Kx8VNNI, w, xq, ntok, ostride)
+						want := run(false, w, xq, ntok, ostride)
+						got := run(true, w, xq, ntok, ostride)
 						wr, fi := vq8Same(t, fmt.Sprintf("rows=%d cols=%d weights=%d acts=%d ntok=%d", rows, cols, wk, ak, ntok), got, want)
 						if wr != rows*ntok {
 							t.Fatalf("rows=%d ntok=%d: %d results written, want %d", rows, ntok, wr, rows*ntok)

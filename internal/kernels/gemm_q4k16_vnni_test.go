@@ -38,31 +38,7 @@ func q4k16Run(pair bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
 // kqActivations' extremes and quantised activations.
 func TestGemmQ4K16VNNIMatchesAVX2(t *testing.T) {
 	needKVNNI(t)
-	rng := rand.New(rand.NewPCG(93, 94))
-	written, finite := 0, 0
-	for _, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33} {
-		for _, sbs := range []int{1, 2, 3, 5} {
-			cols := sbs * 256
-			nb := cols / 32
-			quantised, _ := randMatrix(t, rng, tensor.Q4_K, rows, cols)
-			for wk, w := range []*Matrix{quantised, kqWeights(rng, tensor.Q4_K, rows, cols)} {
-				for ntok := 13; ntok <= 16; ntok++ {
-					for ak, xq := range [][]byte{kqActivations(rng, ntok, nb), vq8Activations(rng, ntok, nb)} {
-						ostride := rows + 3
-						want := q4k16Run(false, w, xq, ntok, ostride)
-						got := q4k16Run(true, w, xq, ntok, ostride)
-						wr, fi := vq8Same(t, fmt.Sprintf("rows=%d cols=%d weights=%d acts=%d ntok=%d", rows, cols, wk, ak, ntok), got, want)
-						if wr != rows*ntok {
-							t.Fatalf("rows=%d ntok=%d: %d results written, want %d", rows, ntok, wr, rows*ntok)
-						}
-						written += wr
-						finite += fi
-					}
-				}
-			}
-		}
-	}
-	vq8Finite(t, written, finite)
+	q4kVNNISweep(t, rand.New(rand.NewPCG(93, 94)), 13, 16, q4k16Run)
 }
 
 // BenchmarkGemmQ4K16VNNI compares two calls of gemmQ4Kx8VNNI with one of
