@@ -1,6 +1,6 @@
 // Shared by the eight-token K-quant kernels (gemm_kquant_amd64.s,
-// gemm_q5k_amd64.s, and gemmQ4Kx8's VNNI twin in
-// gemm_kquant_vnni_amd64.s), the legacy ones (gemm_legacy_amd64.s) and
+// gemm_q5k_amd64.s, and gemmQ4Kx8's VNNI twins for eight and sixteen
+// tokens in gemm_kquant_vnni_amd64.s and gemm_q4k16_vnni_amd64.s), the legacy ones (gemm_legacy_amd64.s) and
 // the VNNI Q8_0 ones (gemm_q8vnni_amd64.s, for GK_ROWS and GK_STORE).
 
 // GQ_FIRST and GQ_NEXT add group G's pair sums of the four rows to Y0-Y3
@@ -75,8 +75,8 @@
 	MOVQ SI, DX; \
 	MOVQ nb+32(FP), CX
 
-// Q4_K's superblock unpacking for the eight-token kernels (gemmQ4Kx8 and
-// its VNNI twin).
+// Q4_K's superblock unpacking for the batched kernels (gemmQ4Kx8 and its
+// VNNI twins for eight and sixteen tokens).
 
 DATA g4kEighth<>+0(SB)/8, $0x3e0000003e000000
 DATA g4kEighth<>+8(SB)/8, $0x3e0000003e000000

@@ -52,6 +52,9 @@ func gemmKQuantTiles(t *testing.T) {
 			kqTiles(t, rng, kqWeights(rng, typ, sh[0], sh[1]), []int{5, 8, 13, 20})
 		}
 	}
+	// Q4_K takes pairs of groups as sixteen tokens where the CPU has
+	// VNNI: a pair then a group, and two pairs then tokens left over.
+	kqTiles(t, rng, kqWeights(rng, tensor.Q4_K, 301, 1024), []int{21, 29, 35})
 	// Up to eight groups of eight, and odd counts whose last group is
 	// partial or left to the four-row kernels.
 	for _, typ := range gemmLegacyTypes {
@@ -82,9 +85,13 @@ func gemmKQuantPool(t *testing.T) {
 					t.Fatalf("%s n=%d threads=%d: value %d differs from the Go path", types[k], n, th, j)
 				}
 			}
+			// Q4_K's sixteen-token kernel and three other types on one
+			// interleaving.
 			ps := make([]Product, 0, maxProducts)
-			for _, w := range ws[max(0, len(ws)-maxProducts):] {
-				ps = append(ps, Product{W: w, Out: make([]float32, n*w.Rows)})
+			for k, w := range ws {
+				if len(ps) < maxProducts && (types[k] == tensor.Q4_K || len(ws)-k < maxProducts) {
+					ps = append(ps, Product{W: w, Out: make([]float32, n*w.Rows)})
+				}
 			}
 			p := NewPool(th)
 			p.MatMuls(x, n, ps)

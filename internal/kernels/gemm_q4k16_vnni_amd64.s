@@ -12,6 +12,8 @@
 // serves 64 multiply-adds instead of 32. A 512-bit op runs as two 256-bit
 // halves on a Zen 4, so the multiplies cost the same as two eight-token
 // calls; what is saved is loads, the unpacking and per-block overhead.
+// (On Intel parts with AVX-512, which hasVNNI selects too, 512-bit code
+// may lower the clock; that is unmeasured.)
 //
 // The quants stay VPDPBUSD's unsigned operand, broadcast into a register
 // by VPBROADCASTD (the instruction's embedded broadcast is of its signed

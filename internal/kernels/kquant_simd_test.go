@@ -157,13 +157,14 @@ func kqActivations(rng *rand.Rand, n, nb int) []byte {
 // activations and reports the first differing bits.
 func kqCompare(t *testing.T, w *Matrix, xq []byte, n int) {
 	t.Helper()
-	got := make([]float32, n*w.Rows)
+	got := kqGuarded(n * w.Rows)
 	want := make([]float32, n*w.Rows)
 	for i := range got {
 		got[i] = float32(math.NaN()) // a value never written shows up
 	}
 	matRowsSIMD(w, 0, w.Rows, nil, xq, nil, n, got, w.Rows)
 	matRowsGo(w, 0, w.Rows, nil, xq, n, want, w.Rows)
+	kqGuardIntact(t, got)
 	if j := firstBitDiff(got, want); j >= 0 {
 		t.Fatalf("%s %dx%d n=%d: token %d row %d is %g (%#08x), the Go kernel gives %g (%#08x)",
 			w.Type, w.Rows, w.Cols, n, j/w.Rows, j%w.Rows, got[j], math.Float32bits(got[j]),
@@ -171,10 +172,37 @@ func kqCompare(t *testing.T, w *Matrix, xq []byte, n int) {
 	}
 }
 
+// kqGuarded returns n zeroed float32s followed, within the same
+// allocation, by a guard of canaries that kqGuardIntact checks: a kernel
+// writing past the last token's results shows.
+func kqGuarded(n int) []float32 {
+	buf := make([]float32, n+kqGuard)
+	for i := n; i < len(buf); i++ {
+		buf[i] = math.Float32frombits(0x7fc0dead)
+	}
+	return buf[:n]
+}
+
+// kqGuard is the guard's length: a row group of four rows for sixteen
+// tokens and more.
+const kqGuard = 256
+
+// kqGuardIntact fails t if anything wrote past got's length.
+func kqGuardIntact(t *testing.T, got []float32) {
+	t.Helper()
+	for i, v := range got[len(got) : len(got)+kqGuard] {
+		if math.Float32bits(v) != 0x7fc0dead {
+			t.Fatalf("a kernel wrote %d values past the last result (%g)", i+1, v)
+		}
+	}
+}
+
 // Every row count 1..9 (whole and partial groups of four rows), every
 // token count 1..9 (the four-, two- and one-token kernels and their
 // mixtures), one to eight superblocks per row.
-func TestKQuantSIMDMatchesGo(t *testing.T) {
+func TestKQuantSIMDMatchesGo(t *testing.T) { eachQ8Path(t, kQuantSIMDMatchesGo) }
+
+func kQuantSIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	kqSweep(t, rand.New(rand.NewPCG(41, 42)), kTypes, kqCols, 1, 9)
 }
@@ -202,7 +230,9 @@ func kqSweep(t *testing.T, rng *rand.Rand, types []tensor.DType, colsList []int,
 // A matrix larger than one tile of tileBytes, so that matRowsSIMD's tiling
 // and the kernels' prefetch run over several groups, on a sub-range of
 // rows as a pool thread gets it.
-func TestKQuantSIMDTiles(t *testing.T) {
+func TestKQuantSIMDTiles(t *testing.T) { eachQ8Path(t, kQuantSIMDTiles) }
+
+func kQuantSIMDTiles(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(43, 44))
 	for _, typ := range kTypes {
@@ -218,10 +248,11 @@ func kqTiles(t *testing.T, rng *rand.Rand, w *Matrix, ns []int) {
 	for _, n := range ns {
 		xq := kqActivations(rng, n, w.Cols/32)
 		kqCompare(t, w, xq, n)
-		got := make([]float32, n*w.Rows)
+		got := kqGuarded(n * w.Rows)
 		want := make([]float32, n*w.Rows)
 		matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
 		matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
+		kqGuardIntact(t, got)
 		if j := firstBitDiff(got, want); j >= 0 {
 			t.Fatalf("%s %dx%d rows [37, 290) n=%d: value %d is %g, Go gives %g", w.Type, w.Rows, w.Cols, n, j, got[j], want[j])
 		}
@@ -230,7 +261,9 @@ func kqTiles(t *testing.T, rng *rand.Rand, w *Matrix, ns []int) {
 
 // Real quantised matrices and activations through the pool, as the model
 // runs them: SIMD and Go dispatch agree on every token count.
-func TestKQuantSIMDPoolMatchesGo(t *testing.T) {
+func TestKQuantSIMDPoolMatchesGo(t *testing.T) { eachQ8Path(t, kQuantSIMDPoolMatchesGo) }
+
+func kQuantSIMDPoolMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(45, 46))
 	for _, typ := range kTypes {
