@@ -64,16 +64,6 @@
 	VMULPS Y9, T, T; \
 	VFNMADD231PS T, S, ACC
 
-// GK_PF14 fetches fourteen cache lines at BX (Q6_K's share, 4·210 bytes,
-// of the next four rows); K_PF9 (simd_kquant_amd64.h) nine, Q4_K's 4·144.
-#define GK_PF14 \
-	K_PF9; \
-	PREFETCHT0 576(BX); \
-	PREFETCHT0 640(BX); \
-	PREFETCHT0 704(BX); \
-	PREFETCHT0 768(BX); \
-	PREFETCHT0 832(BX)
-
 // func gemmQ4Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
 // The frame is too large for NOSPLIT.
@@ -120,87 +110,6 @@ g4kDone:
 	RET
 
 // ---- Q6_K ----
-
-// G6K_SC converts the four rows' int8 scales s_K..s_K+7 (at OFF) to
-// float32 and transposes them into records A..D (blocks K/2..K/2+3):
-// block j's s_2j at 128, s_2j+1 at 144. G6K_SCM does it for scales at
-// the memory operands M0..M3 (rows 0..3).
-#define G6K_SC(OFF, A, B, C, D) \
-	G6K_SCM(OFF(DX), OFF(DX)(R12*1), OFF(DX)(R14*1), OFF(DX)(R15*1), A, B, C, D)
-
-#define G6K_SCM(M0, M1, M2, M3, A, B, C, D) \
-	VPMOVSXBD M0, Y0; \
-	VPMOVSXBD M1, Y1; \
-	VPMOVSXBD M2, Y2; \
-	VPMOVSXBD M3, Y3; \
-	VCVTDQ2PS Y0, Y0; \
-	VCVTDQ2PS Y1, Y1; \
-	VCVTDQ2PS Y2, Y2; \
-	VCVTDQ2PS Y3, Y3; \
-	VPUNPCKLDQ Y1, Y0, Y10; \
-	VPUNPCKHDQ Y1, Y0, Y11; \
-	VPUNPCKLDQ Y3, Y2, Y12; \
-	VPUNPCKHDQ Y3, Y2, Y13; \
-	VPUNPCKLQDQ Y12, Y10, Y0; \
-	VPUNPCKHQDQ Y12, Y10, Y1; \
-	VPUNPCKLQDQ Y13, Y11, Y2; \
-	VPUNPCKHQDQ Y13, Y11, Y3; \
-	VMOVUPS X0, A+128(SP); \
-	VMOVUPS X1, A+144(SP); \
-	VMOVUPS X2, B+128(SP); \
-	VMOVUPS X3, B+144(SP); \
-	VEXTRACTF128 $1, Y0, C+128(SP); \
-	VEXTRACTF128 $1, Y1, C+144(SP); \
-	VEXTRACTF128 $1, Y2, D+128(SP); \
-	VEXTRACTF128 $1, Y3, D+144(SP)
-
-// G6K_D stores d of the four rows as float32 at 64(SP), read as words so
-// that nothing past the 210-byte block is touched.
-#define G6K_D \
-	VPXOR X11, X11, X11; \
-	VPINSRW $0, 208(DX), X11, X11; \
-	VPINSRW $1, 208(DX)(R12*1), X11, X11; \
-	VPINSRW $2, 208(DX)(R14*1), X11, X11; \
-	VPINSRW $3, 208(DX)(R15*1), X11, X11; \
-	VCVTPH2PS X11, X11; \
-	VMOVUPS X11, 64(SP)
-
-// G6K_Q stores row R's quants (0..63) of one half (ql at QL, qh at QL's
-// 128+32h) for its four blocks to records A..D, at row offset RO: block k
-// of the half takes the low (k = 0, 1) or high (2, 3) nibbles of ql's
-// first (0, 2) or second (1, 3) 32 bytes, and bits 2k, 2k+1 of qh moved
-// to bits 4, 5 (as dotQ6KGo). Y15 holds 0x0f bytes, Y14 0x30.
-#define G6K_Q(QL, QH, R, RO, A, B, C, D) \
-	VMOVDQU QL(DX)(R*1), Y10; \
-	VMOVDQU QL+32(DX)(R*1), Y11; \
-	VMOVDQU QH(DX)(R*1), Y12; \
-	VPAND Y15, Y10, Y0; \
-	VPSLLW $4, Y12, Y1; \
-	VPAND Y14, Y1, Y1; \
-	VPOR Y1, Y0, Y0; \
-	VMOVDQU Y0, A+RO(SP); \
-	VPAND Y15, Y11, Y0; \
-	VPSLLW $2, Y12, Y1; \
-	VPAND Y14, Y1, Y1; \
-	VPOR Y1, Y0, Y0; \
-	VMOVDQU Y0, B+RO(SP); \
-	VPSRLW $4, Y10, Y0; \
-	VPAND Y15, Y0, Y0; \
-	VPAND Y14, Y12, Y1; \
-	VPOR Y1, Y0, Y0; \
-	VMOVDQU Y0, C+RO(SP); \
-	VPSRLW $4, Y11, Y0; \
-	VPAND Y15, Y0, Y0; \
-	VPSRLW $2, Y12, Y1; \
-	VPAND Y14, Y1, Y1; \
-	VPOR Y1, Y0, Y0; \
-	VMOVDQU Y0, D+RO(SP)
-
-#define G6K_HALF(QL, QH, A, B, C, D) \
-	G6K_Q(QL, QH, AX, 0, A, B, C, D); \
-	G6K_Q(QL, QH, R12, 32, A, B, C, D); \
-	G6K_Q(QL, QH, R14, 64, A, B, C, D); \
-	G6K_Q(QL, QH, R15, 96, A, B, C, D)
 
 // G6K_SX stores z·Σx (z = 2^SH: 32 for Q6_K, 4 for Q3_K) of the tokens'
 // elements in groups XO..XO+3 (one sub-block) at SLOT(SP); Y15 holds byte

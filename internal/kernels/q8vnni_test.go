@@ -504,6 +504,9 @@ func TestVNNISelection(t *testing.T) {
 	if g16, g8 := vnniBatched(tensor.Q4_K, gemmQ4Kx8); ptr(g16) != ptr(gemmQ4Kx16VNNI) || ptr(g8) != ptr(gemmQ4Kx8VNNI) {
 		t.Error("Q4_K's batched products are not the VNNI kernels")
 	}
+	if g16, g8 := vnniBatched(tensor.Q6_K, gemmQ6Kx8); ptr(g16) != ptr(gemmQ6Kx16VNNI) || ptr(g8) != ptr(gemmQ6Kx8VNNI) {
+		t.Error("Q6_K's batched products are not the VNNI kernels")
+	}
 	for _, c := range []struct {
 		t      tensor.DType
 		g8     gemmX8
@@ -511,7 +514,7 @@ func TestVNNISelection(t *testing.T) {
 		q2, q4 quantX4
 		v1     quantX1
 	}{
-		{tensor.Q6_K, gemmQ6Kx8, matQ6Kx1, matQ6Kx2, matQ6Kx4, matQ6Kx1VNNI},
+		{tensor.Q5_K, gemmQ5Kx8, matQ5Kx1, matQ5Kx2, matQ5Kx4, matQ5Kx1VNNI},
 		{tensor.Q5_1, gemmQ51x8, matQ51x1, matQ51x2, matQ51x4, matQ51x1},
 	} {
 		if g16, g8 := vnniBatched(c.t, c.g8); g16 != nil || ptr(g8) != ptr(c.g8) {
