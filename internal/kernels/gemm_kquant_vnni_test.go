@@ -31,36 +31,31 @@ func gemmKVNNIRun(g8 gemmX8, w *Matrix, xq []byte, ntok, ostride int) []float32 
 // kqActivations' extremes (-128 included) and quantised activations.
 func TestGemmQ4KVNNIMatchesAVX2(t *testing.T) {
 	needKVNNI(t)
-	q4kVNNISweep(t, rand.New(rand.NewPCG(91, 92)), 5, 8, func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
-		if vnni {
-			return gemmKVNNIRun(gemmQ4Kx8VNNI, w, xq, ntok, ostride)
-		}
-		return gemmKVNNIRun(gemmQ4Kx8, w, xq, ntok, ostride)
-	})
+	kVNNISweep(t, rand.New(rand.NewPCG(91, 92)), tensor.Q4_K, 5, 8, eightRun(gemmQ4Kx8VNNI, gemmQ4Kx8))
 }
 
-// q4kVNNISweep demands that run give the same bits with vnni true (a VNNI
-// Q4_K batched kernel) and false (the AVX2 one) for ntok0..ntok1 tokens:
+// kVNNISweep demands that run give the same bits with vnni true (a VNNI
+// batched kernel for weights of type typ) and false (the AVX2 one) for ntok0..ntok1 tokens:
 // row counts of partial and whole groups of four and several groups, one
 // to five superblocks, weights quantised from random data and kqWeights'
 // extreme superblocks, activations kqActivations' extremes (-128
 // included) and quantised ones; run writes token t's row r at
 // t·ostride+r, and must write exactly rows·ntok values.
-func q4kVNNISweep(t *testing.T, rng *rand.Rand, ntok0, ntok1 int, run func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32) {
+func kVNNISweep(t *testing.T, rng *rand.Rand, typ tensor.DType, ntok0, ntok1 int, run func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32) {
 	t.Helper()
 	written, finite := 0, 0
 	for _, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33} {
 		for _, sbs := range []int{1, 2, 3, 5} {
 			cols := sbs * 256
 			nb := cols / 32
-			quantised, _ := randMatrix(t, rng, tensor.Q4_K, rows, cols)
-			for wk, w := range []*Matrix{quantised, kqWeights(rng, tensor.Q4_K, rows, cols)} {
+			quantised, _ := randMatrix(t, rng, typ, rows, cols)
+			for wk, w := range []*Matrix{quantised, kqWeights(rng, typ, rows, cols)} {
 				for ntok := ntok0; ntok <= ntok1; ntok++ {
 					for ak, xq := range [][]byte{kqActivations(rng, ntok, nb), vq8Activations(rng, ntok, nb)} {
 						ostride := rows + 3
 						want := run(false, w, xq, ntok, ostride)
 						got := run(true, w, xq, ntok, ostride)
-						wr, fi := vq8Same(t, fmt.Sprintf("rows=%d cols=%d weights=%d acts=%d ntok=%d", rows, cols, wk, ak, ntok), got, want)
+						wr, fi := vq8Same(t, fmt.Sprintf("%s rows=%d cols=%d weights=%d acts=%d ntok=%d", typ, rows, cols, wk, ak, ntok), got, want)
 						if wr != rows*ntok {
 							t.Fatalf("rows=%d ntok=%d: %d results written, want %d", rows, ntok, wr, rows*ntok)
 						}
@@ -72,6 +67,40 @@ func q4kVNNISweep(t *testing.T, rng *rand.Rand, ntok0, ntok1 int, run func(vnni 
 		}
 	}
 	vq8Finite(t, written, finite)
+}
+
+// eightRun is a kVNNISweep run for an eight-token VNNI kernel and its AVX2
+// twin.
+func eightRun(vnni8, avx8 gemmX8) func(bool, *Matrix, []byte, int, int) []float32 {
+	return func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
+		if vnni {
+			return gemmKVNNIRun(vnni8, w, xq, ntok, ostride)
+		}
+		return gemmKVNNIRun(avx8, w, xq, ntok, ostride)
+	}
+}
+
+// pairRun is a kVNNISweep run for a sixteen-token VNNI kernel and the AVX2
+// eight-token one: the ntok (9..16) tokens of xq interleaved as gemmKRows
+// has them, through g16 once or through avx8 once per group of eight,
+// with the results as gemmKVNNIRun returns them (vq8Out's canary between
+// the rows).
+func pairRun(g16 gemmX16, avx8 gemmX8) func(bool, *Matrix, []byte, int, int) []float32 {
+	return func(pair bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
+		nb := w.Cols / 32
+		rb, _ := w.Type.RowBytes(w.Cols)
+		xi := interleaveGroups(nil, xq, ntok, nb)
+		xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
+		wp := unsafe.Pointer(&w.Data[0])
+		out := vq8Out(16 * ostride)
+		if pair {
+			g16(wp, rb, w.Rows, xa, xb, nb, &out[0], ostride*4, ntok)
+		} else {
+			avx8(wp, rb, w.Rows, xa, nb, &out[0], ostride*4, 8)
+			avx8(wp, rb, w.Rows, xb, nb, &out[8*ostride], ostride*4, ntok-8)
+		}
+		return out
+	}
 }
 
 // BenchmarkGemmQ4KVNNI compares gemmQ4Kx8 with gemmQ4Kx8VNNI on eight

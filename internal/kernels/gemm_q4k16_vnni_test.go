@@ -11,26 +11,6 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// q4k16Run multiplies every row of w by the ntok (9..16) tokens of xq,
-// interleaved as gemmKRows has them, either through gemmQ4Kx16VNNI or,
-// with pair false, through gemmQ4Kx8 once per group of eight, and returns
-// the results as gemmKVNNIRun does (vq8Out's canary between the rows).
-func q4k16Run(pair bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
-	nb := w.Cols / 32
-	rb, _ := w.Type.RowBytes(w.Cols)
-	xi := interleaveGroups(nil, xq, ntok, nb)
-	xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
-	wp := unsafe.Pointer(&w.Data[0])
-	out := vq8Out(16 * ostride)
-	if pair {
-		gemmQ4Kx16VNNI(wp, rb, w.Rows, xa, xb, nb, &out[0], ostride*4, ntok)
-	} else {
-		gemmQ4Kx8(wp, rb, w.Rows, xa, nb, &out[0], ostride*4, 8)
-		gemmQ4Kx8(wp, rb, w.Rows, xb, nb, &out[8*ostride], ostride*4, ntok-8)
-	}
-	return out
-}
-
 // gemmQ4Kx16VNNI must give the bits of gemmQ4Kx8 on each of its two
 // groups: partial and whole groups of four rows and several groups, one
 // to five superblocks, 13..16 tokens (the second group's missing tokens
@@ -38,7 +18,7 @@ func q4k16Run(pair bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
 // kqActivations' extremes and quantised activations.
 func TestGemmQ4K16VNNIMatchesAVX2(t *testing.T) {
 	needKVNNI(t)
-	q4kVNNISweep(t, rand.New(rand.NewPCG(93, 94)), 13, 16, q4k16Run)
+	kVNNISweep(t, rand.New(rand.NewPCG(93, 94)), tensor.Q4_K, 13, 16, pairRun(gemmQ4Kx16VNNI, gemmQ4Kx8))
 }
 
 // BenchmarkGemmQ4K16VNNI compares two calls of gemmQ4Kx8VNNI with one of

@@ -11,78 +11,18 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// q6k16Run multiplies every row of w by the ntok (9..16) tokens of xq,
-// interleaved as gemmKRows has them, either through gemmQ6Kx16VNNI or,
-// with pair false, through gemmQ6Kx8 once per group of eight, and returns
-// the results as gemmKVNNIRun does (vq8Out's canary between the rows).
-func q6k16Run(pair bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
-	nb := w.Cols / 32
-	rb, _ := w.Type.RowBytes(w.Cols)
-	xi := interleaveGroups(nil, xq, ntok, nb)
-	xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
-	wp := unsafe.Pointer(&w.Data[0])
-	out := vq8Out(16 * ostride)
-	if pair {
-		gemmQ6Kx16VNNI(wp, rb, w.Rows, xa, xb, nb, &out[0], ostride*4, ntok)
-	} else {
-		gemmQ6Kx8(wp, rb, w.Rows, xa, nb, &out[0], ostride*4, 8)
-		gemmQ6Kx8(wp, rb, w.Rows, xb, nb, &out[8*ostride], ostride*4, ntok-8)
-	}
-	return out
-}
-
 // gemmQ6Kx16VNNI must give the bits of gemmQ6Kx8 on each of its two
 // groups, 13..16 tokens (the second group's missing tokens zero blocks).
 func TestGemmQ6K16VNNIMatchesAVX2(t *testing.T) {
 	needKVNNI(t)
-	q6kVNNISweep(t, rand.New(rand.NewPCG(95, 96)), 13, 16, q6k16Run)
+	kVNNISweep(t, rand.New(rand.NewPCG(95, 96)), tensor.Q6_K, 13, 16, pairRun(gemmQ6Kx16VNNI, gemmQ6Kx8))
 }
 
 // gemmQ6Kx8VNNI must give gemmQ6Kx8's bits on the same interleaved
 // activations, 5..8 tokens.
 func TestGemmQ6KVNNIMatchesAVX2(t *testing.T) {
 	needKVNNI(t)
-	q6kVNNISweep(t, rand.New(rand.NewPCG(97, 98)), 5, 8, func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32 {
-		if vnni {
-			return gemmKVNNIRun(gemmQ6Kx8VNNI, w, xq, ntok, ostride)
-		}
-		return gemmKVNNIRun(gemmQ6Kx8, w, xq, ntok, ostride)
-	})
-}
-
-// q6kVNNISweep is q4kVNNISweep for Q6_K: run must give the same bits with
-// vnni true (a VNNI Q6_K batched kernel) and false (gemmQ6Kx8) for
-// ntok0..ntok1 tokens, on partial and whole groups of four rows and
-// several groups, one to five superblocks, weights quantised from random
-// data and kqWeights' extremes (quants 0 and 63, scales ±127), against
-// kqActivations' extremes (-128 included, which the sub-blocks' 32·Σx
-// must take exactly too) and quantised activations.
-func q6kVNNISweep(t *testing.T, rng *rand.Rand, ntok0, ntok1 int, run func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32) {
-	t.Helper()
-	written, finite := 0, 0
-	for _, rows := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 33} {
-		for _, sbs := range []int{1, 2, 3, 5} {
-			cols := sbs * 256
-			nb := cols / 32
-			quantised, _ := randMatrix(t, rng, tensor.Q6_K, rows, cols)
-			for wk, w := range []*Matrix{quantised, kqWeights(rng, tensor.Q6_K, rows, cols)} {
-				for ntok := ntok0; ntok <= ntok1; ntok++ {
-					for ak, xq := range [][]byte{kqActivations(rng, ntok, nb), vq8Activations(rng, ntok, nb)} {
-						ostride := rows + 3
-						want := run(false, w, xq, ntok, ostride)
-						got := run(true, w, xq, ntok, ostride)
-						wr, fi := vq8Same(t, fmt.Sprintf("rows=%d cols=%d weights=%d acts=%d ntok=%d", rows, cols, wk, ak, ntok), got, want)
-						if wr != rows*ntok {
-							t.Fatalf("rows=%d ntok=%d: %d results written, want %d", rows, ntok, wr, rows*ntok)
-						}
-						written += wr
-						finite += fi
-					}
-				}
-			}
-		}
-	}
-	vq8Finite(t, written, finite)
+	kVNNISweep(t, rand.New(rand.NewPCG(97, 98)), tensor.Q6_K, 5, 8, eightRun(gemmQ6Kx8VNNI, gemmQ6Kx8))
 }
 
 // BenchmarkGemmQ6K16VNNI compares two calls of gemmQ6Kx8 (the AVX2
