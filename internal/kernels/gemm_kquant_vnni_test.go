@@ -35,12 +35,12 @@ func TestGemmQ4KVNNIMatchesAVX2(t *testing.T) {
 }
 
 // kVNNISweep demands that run give the same bits with vnni true (a VNNI
-// batched kernel for weights of type typ) and false (the AVX2 one) for ntok0..ntok1 tokens:
-// row counts of partial and whole groups of four and several groups, one
-// to five superblocks, weights quantised from random data and kqWeights'
-// extreme superblocks, activations kqActivations' extremes (-128
-// included) and quantised ones; run writes token t's row r at
-// t·ostride+r, and must write exactly rows·ntok values.
+// batched kernel for weights of type typ) and false (the AVX2 one) for
+// ntok0..ntok1 tokens: row counts of partial and whole groups of four and
+// several groups, one to five superblocks, weights quantised from random
+// data and kqWeights' extreme superblocks, activations kqActivations'
+// extremes (-128 included) and quantised ones; run writes token t's row r
+// at t·ostride+r, and must write exactly rows·ntok values.
 func kVNNISweep(t *testing.T, rng *rand.Rand, typ tensor.DType, ntok0, ntok1 int, run func(vnni bool, w *Matrix, xq []byte, ntok, ostride int) []float32) {
 	t.Helper()
 	written, finite := 0, 0
@@ -81,7 +81,7 @@ func eightRun(vnni8, avx8 gemmX8) func(bool, *Matrix, []byte, int, int) []float3
 }
 
 // pairRun is a kVNNISweep run for a sixteen-token VNNI kernel and the AVX2
-// eight-token one: the ntok (9..16) tokens of xq interleaved as gemmKRows
+// eight-token one: the ntok (13..16) tokens of xq interleaved as gemmKRows
 // has them, through g16 once or through avx8 once per group of eight,
 // with the results as gemmKVNNIRun returns them (vq8Out's canary between
 // the rows).
