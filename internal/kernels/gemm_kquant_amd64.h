@@ -1,8 +1,9 @@
 // Shared by the batched K-quant kernels: the eight-token AVX2 ones
 // (gemm_kquant_amd64.s, gemm_q5k_amd64.s) and the VNNI ones for eight and
 // sixteen tokens (gemm_kquant_vnni_amd64.s, gemm_q4k16_vnni_amd64.s,
-// gemm_q6k16_vnni_amd64.s); the legacy ones (gemm_legacy_amd64.s); and
-// the VNNI Q8_0 ones (gemm_q8vnni_amd64.s, for GK_ROWS and GK_STORE).
+// gemm_q5k16_vnni_amd64.s, gemm_q6k16_vnni_amd64.s); the legacy ones
+// (gemm_legacy_amd64.s); and the VNNI Q8_0 ones (gemm_q8vnni_amd64.s,
+// for GK_ROWS and GK_STORE).
 
 // GQ_FIRST and GQ_NEXT add group G's pair sums of the four rows to Y0-Y3
 // (GQ_FIRST sets them).
@@ -133,6 +134,54 @@ GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
 	K_PF9; \
 	ADDQ $576, BX
 
+// Q5_K's quant unpacking for the batched kernels (gemmQ5Kx8 and its VNNI
+// twin for sixteen tokens); the scales are Q4_K's records (G4K_SC).
+
+// g5kx10 is the fifth bit's value in every byte.
+DATA g5kx10<>+0(SB)/8, $0x1010101010101010
+DATA g5kx10<>+8(SB)/8, $0x1010101010101010
+DATA g5kx10<>+16(SB)/8, $0x1010101010101010
+DATA g5kx10<>+24(SB)/8, $0x1010101010101010
+GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
+
+// G5K_C stores the quants of blocks 2c and 2c+1 (records A and B, row
+// offset RO) from row R's 32 quant bytes of chunk c at OFF: the low, then
+// high, nibbles, with bits 0 and 1 of Y1 (qh shifted right by 2c, so
+// bits 2c and 2c+1 of each qh byte; a word shift leaves them in their
+// byte) moved to bit 4. Y15 holds 0x0f bytes, Y14 0x10.
+#define G5K_C(OFF, R, RO, A, B) \
+	VMOVDQU OFF(DX)(R*1), Y10; \
+	VPSLLW $4, Y1, Y2; \
+	VPAND Y14, Y2, Y2; \
+	VPAND Y15, Y10, Y0; \
+	VPOR Y2, Y0, Y0; \
+	VMOVDQU Y0, A+RO(SP); \
+	VPSLLW $3, Y1, Y2; \
+	VPAND Y14, Y2, Y2; \
+	VPSRLW $4, Y10, Y10; \
+	VPAND Y15, Y10, Y10; \
+	VPOR Y2, Y10, Y10; \
+	VMOVDQU Y10, B+RO(SP)
+
+// G5K_Q stores row R's quants of the superblock's eight blocks at row
+// offset RO of the records.
+#define G5K_Q(R, RO) \
+	VMOVDQU 16(DX)(R*1), Y1; \
+	G5K_C(48, R, RO, 96, 256); \
+	VPSRLW $2, Y1, Y1; \
+	G5K_C(80, R, RO, 416, 576); \
+	VPSRLW $2, Y1, Y1; \
+	G5K_C(112, R, RO, 736, 896); \
+	VPSRLW $2, Y1, Y1; \
+	G5K_C(144, R, RO, 1056, 1216)
+
+// G5K_PF fetches the eleven cache lines at BX: a superblock's share,
+// 4·176 bytes, of the next four rows.
+#define G5K_PF \
+	K_PF9; \
+	PREFETCHT0 576(BX); \
+	PREFETCHT0 640(BX)
+
 // GK_PF14 fetches fourteen cache lines at BX (Q6_K's share, 4·210 bytes,
 // of the next four rows); K_PF9 (simd_kquant_amd64.h) nine, Q4_K's 4·144.
 #define GK_PF14 \
@@ -226,3 +275,125 @@ GLOBL g4kEighth<>(SB), RODATA|NOPTR, $32
 	G6K_Q(QL, QH, R12, 32, A, B, C, D); \
 	G6K_Q(QL, QH, R14, 64, A, B, C, D); \
 	G6K_Q(QL, QH, R15, 96, A, B, C, D)
+
+// The sixteen-token VNNI kernels of Q4_K and Q5_K (gemm_q4k16_vnni_amd64.s,
+// gemm_q5k16_vnni_amd64.s): registers (zmm) Z0-Z3 and Z16-Z19 the rows'
+// even and odd block sums, Z4-Z7 the float accumulators, Z9 X_g (then dx),
+// Z10-Z13 the broadcast quants, Z14 the tokens' cvt(8·Σx); R8 group A's
+// current block, R11 group B's, R9 the record.
+
+// G16_G multiplies group g of the sixteen tokens (X_g at XO in both
+// groups' blocks) by the four rows' quants of the group (at WO in the
+// record) into A0-A3.
+#define G16_G(XO, WO, A0, A1, A2, A3) \
+	VMOVDQU XO(R8), Y9; \
+	VINSERTI64X4 $1, XO(R11), Z9, Z9; \
+	VPBROADCASTD WO(R9), Z10; \
+	VPBROADCASTD WO+32(R9), Z11; \
+	VPBROADCASTD WO+64(R9), Z12; \
+	VPBROADCASTD WO+96(R9), Z13; \
+	VPDPBUSD Z9, Z10, A0; \
+	VPDPBUSD Z9, Z11, A1; \
+	VPDPBUSD Z9, Z12, A2; \
+	VPDPBUSD Z9, Z13, A3
+
+#define G16_EVEN(XO, WO) \
+	G16_G(XO, WO, Z0, Z1, Z2, Z3)
+
+#define G16_ODD(XO, WO) \
+	G16_G(XO, WO, Z16, Z17, Z18, Z19)
+
+// G16_ROW is the eight-token Q4_K/Q5_K row step on sixteen tokens: row R's block into ACC from the
+// int32 sums S and S2, D and DM the row's d and dmin broadcast, T
+// scratch, Z9 the tokens' dx, Z14 their cvt(8·Σx).
+#define G16_ROW(S, S2, D, DM, T, ACC, R) \
+	VPADDD S2, S, S; \
+	VCVTDQ2PS S, S; \
+	VBROADCASTSS 128+4*R(R9), T; \
+	VMULPS T, S, S; \
+	VMULPS Z9, D, T; \
+	VFMADD231PS T, S, ACC; \
+	VBROADCASTSS 144+4*R(R9), T; \
+	VMULPS Z14, T, S; \
+	VMULPS Z9, DM, T; \
+	VFNMADD231PS T, S, ACC
+
+// G16_NOCONST is QENTRY's CONST here: the kernel needs no constants.
+#define G16_NOCONST
+
+// G16_KERNEL is the whole body of a sixteen-token VNNI kernel of Q4_K or
+// Q5_K (arguments as gemmQ4Kx16VNNI's): SUPER unpacks the four rows'
+// superblock at DX into the records and prefetches, SBYTES is the
+// superblock's size. Per group of four rows it clears the accumulators,
+// then per superblock takes d and dmin of the four rows and the eight
+// blocks' groups (G16_EVEN, G16_ODD, G16_ROW), and at the end spills the
+// sixteen tokens over the records for G8_WRITE.
+#define G16_KERNEL(SUPER, SBYTES) \
+	QENTRY(out+48, G16_NOCONST, done) \
+group: \
+	QROWS(xa); \
+	MOVQ xb+32(FP), R11; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	MOVQ SI, DX; \
+	MOVQ nb+40(FP), CX; \
+	SHRQ $3, CX; \
+	JZ store \
+super: \
+	SUPER; \
+	VBROADCASTSS 64(SP), Z20; \
+	VBROADCASTSS 68(SP), Z21; \
+	VBROADCASTSS 72(SP), Z22; \
+	VBROADCASTSS 76(SP), Z23; \
+	VBROADCASTSS 80(SP), Z24; \
+	VBROADCASTSS 84(SP), Z25; \
+	VBROADCASTSS 88(SP), Z26; \
+	VBROADCASTSS 92(SP), Z27; \
+	LEAQ 96(SP), R9; \
+	MOVQ $8, R10; \
+	PCALIGN $32 \
+block: \
+	VPXORD Z0, Z0, Z0; \
+	VPXORD Z1, Z1, Z1; \
+	VPXORD Z2, Z2, Z2; \
+	VPXORD Z3, Z3, Z3; \
+	VPXORD Z16, Z16, Z16; \
+	VPXORD Z17, Z17, Z17; \
+	VPXORD Z18, Z18, Z18; \
+	VPXORD Z19, Z19, Z19; \
+	G16_EVEN(64, 0); \
+	G16_ODD(96, 4); \
+	G16_EVEN(128, 8); \
+	G16_ODD(160, 12); \
+	G16_EVEN(192, 16); \
+	G16_ODD(224, 20); \
+	G16_EVEN(256, 24); \
+	G16_ODD(288, 28); \
+	VMOVUPS (R8), Y9; \
+	VINSERTF64X4 $1, (R11), Z9, Z9; \
+	VMOVDQU 32(R8), Y14; \
+	VINSERTI64X4 $1, 32(R11), Z14, Z14; \
+	VCVTDQ2PS Z14, Z14; \
+	G16_ROW(Z0, Z16, Z20, Z24, Z10, Z4, 0); \
+	G16_ROW(Z1, Z17, Z21, Z25, Z11, Z5, 1); \
+	G16_ROW(Z2, Z18, Z22, Z26, Z12, Z6, 2); \
+	G16_ROW(Z3, Z19, Z23, Z27, Z13, Z7, 3); \
+	ADDQ $160, R9; \
+	ADDQ $576, R8; \
+	ADDQ $576, R11; \
+	DECQ R10; \
+	JNZ block; \
+	ADDQ $SBYTES, DX; \
+	DECQ CX; \
+	JNZ super \
+store: \
+	VMOVUPS Z4, 96(SP); \
+	VMOVUPS Z5, 160(SP); \
+	VMOVUPS Z6, 224(SP); \
+	VMOVUPS Z7, 288(SP); \
+	G8_WRITE(group, done, rows4, row, tok, 96, 64, ntok+64, ostride+56) \
+done: \
+	VZEROUPPER; \
+	RET

@@ -52,9 +52,10 @@ func gemmKQuantTiles(t *testing.T) {
 			kqTiles(t, rng, kqWeights(rng, typ, sh[0], sh[1]), []int{5, 8, 13, 20})
 		}
 	}
-	// Q4_K and Q6_K take pairs of groups as sixteen tokens where the CPU
-	// has VNNI: a pair then a group, and two pairs then tokens left over.
-	for _, typ := range []tensor.DType{tensor.Q4_K, tensor.Q6_K} {
+	// Q4_K, Q5_K and Q6_K take pairs of groups as sixteen tokens where
+	// the CPU has VNNI: a pair then a group, and two pairs then tokens
+	// left over.
+	for _, typ := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		kqTiles(t, rng, kqWeights(rng, typ, 301, 1024), []int{21, 29, 35})
 	}
 	// Up to eight groups of eight, and odd counts whose last group is

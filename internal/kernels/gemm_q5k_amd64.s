@@ -20,20 +20,14 @@
 // four more int16 sums do not fit in the registers. A = sc·S stays exact
 // (|A| ≤ 63·32·31·128 < 2^23), B is Q4_K's, and the float operations per
 // (row, token) are order.go's, as for Q4_K. The macros are gemmQ4Kx8's
-// under G5K_ names, macros not crossing files.
+// under G5K_ names; the quants' unpacking and the prefetch (G5K_Q,
+// G5K_PF, gemm_kquant_amd64.h) are shared with gemmQ5Kx16VNNI.
 
 DATA g5kEighth<>+0(SB)/8, $0x3e0000003e000000
 DATA g5kEighth<>+8(SB)/8, $0x3e0000003e000000
 DATA g5kEighth<>+16(SB)/8, $0x3e0000003e000000
 DATA g5kEighth<>+24(SB)/8, $0x3e0000003e000000
 GLOBL g5kEighth<>(SB), RODATA|NOPTR, $32
-
-// g5kx10 is the fifth bit's value in every byte.
-DATA g5kx10<>+0(SB)/8, $0x1010101010101010
-DATA g5kx10<>+8(SB)/8, $0x1010101010101010
-DATA g5kx10<>+16(SB)/8, $0x1010101010101010
-DATA g5kx10<>+24(SB)/8, $0x1010101010101010
-GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 
 // G5K_SC converts sc and m of blocks J and J+1 (at SO(SP), SO+32(SP)) to
 // float32 (m divided by 8) in records A and B (frame offsets).
@@ -47,37 +41,6 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 	VMULPS g5kEighth<>(SB), Y11, Y11; \
 	VMOVUPS X11, A+144(SP); \
 	VEXTRACTF128 $1, Y11, B+144(SP)
-
-// G5K_C stores the quants of blocks 2c and 2c+1 (records A and B, row
-// offset RO) from row R's 32 quant bytes of chunk c at OFF: the low, then
-// high, nibbles, with bits 0 and 1 of Y1 (qh shifted right by 2c, so
-// bits 2c and 2c+1 of each qh byte; a word shift leaves them in their
-// byte) moved to bit 4. Y15 holds 0x0f bytes, Y14 0x10.
-#define G5K_C(OFF, R, RO, A, B) \
-	VMOVDQU OFF(DX)(R*1), Y10; \
-	VPSLLW $4, Y1, Y2; \
-	VPAND Y14, Y2, Y2; \
-	VPAND Y15, Y10, Y0; \
-	VPOR Y2, Y0, Y0; \
-	VMOVDQU Y0, A+RO(SP); \
-	VPSLLW $3, Y1, Y2; \
-	VPAND Y14, Y2, Y2; \
-	VPSRLW $4, Y10, Y10; \
-	VPAND Y15, Y10, Y10; \
-	VPOR Y2, Y10, Y10; \
-	VMOVDQU Y10, B+RO(SP)
-
-// G5K_Q stores row R's quants of the superblock's eight blocks at row
-// offset RO of the records.
-#define G5K_Q(R, RO) \
-	VMOVDQU 16(DX)(R*1), Y1; \
-	G5K_C(48, R, RO, 96, 256); \
-	VPSRLW $2, Y1, Y1; \
-	G5K_C(80, R, RO, 416, 576); \
-	VPSRLW $2, Y1, Y1; \
-	G5K_C(112, R, RO, 736, 896); \
-	VPSRLW $2, Y1, Y1; \
-	G5K_C(144, R, RO, 1056, 1216)
 
 // G5K_G adds group G (X_g at XO, quant bytes at WO) of rows P and Q to
 // their int16 sums in Y10 and Y11.
@@ -119,13 +82,6 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 	VBROADCASTSS 80+4*R(SP), T; \
 	VMULPS Y9, T, T; \
 	VFNMADD231PS T, S, ACC
-
-// G5K_PF fetches the eleven cache lines at BX: a superblock's share,
-// 4·176 bytes, of the next four rows.
-#define G5K_PF \
-	K_PF9; \
-	PREFETCHT0 576(BX); \
-	PREFETCHT0 640(BX)
 
 // func gemmQ5Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // is gemmQ4Kx8 for Q5_K weights.

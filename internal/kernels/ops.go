@@ -10,7 +10,7 @@ import (
 // Features names the kernel path this process uses, for logs and
 // benchmark output: "avx2 fma f16c", "avx2 fma f16c avx512-vnni" (AVX2
 // kernels, with the 8-bit products of Q8_0, Q4_K and Q6_K weights, and
-// the one- to four-token ones of the other K-quants, on AVX-512 VNNI) or
+// some of the other K-quants', on AVX-512 VNNI) or
 // "generic". The path changes speed only, never results.
 func Features() string {
 	if !useSIMD {

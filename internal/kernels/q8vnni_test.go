@@ -507,6 +507,9 @@ func TestVNNISelection(t *testing.T) {
 	if g16, g8 := vnniBatched(tensor.Q6_K, gemmQ6Kx8); ptr(g16) != ptr(gemmQ6Kx16VNNI) || ptr(g8) != ptr(gemmQ6Kx8VNNI) {
 		t.Error("Q6_K's batched products are not the VNNI kernels")
 	}
+	if g16, g8 := vnniBatched(tensor.Q5_K, gemmQ5Kx8); ptr(g16) != ptr(gemmQ5Kx16VNNI) || ptr(g8) != ptr(gemmQ5Kx8) {
+		t.Error("Q5_K's batched products are not the VNNI sixteen-token kernel and the AVX2 eight-token one")
+	}
 	for _, c := range []struct {
 		t      tensor.DType
 		g8     gemmX8
@@ -514,7 +517,7 @@ func TestVNNISelection(t *testing.T) {
 		q2, q4 quantX4
 		v1     quantX1
 	}{
-		{tensor.Q5_K, gemmQ5Kx8, matQ5Kx1, matQ5Kx2, matQ5Kx4, matQ5Kx1VNNI},
+		{tensor.Q3_K, gemmQ3Kx8, matQ3Kx1, matQ3Kx2, matQ3Kx4, matQ3Kx1VNNI},
 		{tensor.Q5_1, gemmQ51x8, matQ51x1, matQ51x2, matQ51x4, matQ51x1},
 	} {
 		if g16, g8 := vnniBatched(c.t, c.g8); g16 != nil || ptr(g8) != ptr(c.g8) {

@@ -17,9 +17,9 @@ var hasVNNI = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 	cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI
 
 // useVNNI selects the VNNI kernels where the CPU has them: every
-// product of Q8_0, Q4_K and Q6_K weights, and the one- to four-token
-// products of the other K-quants (their batched products stay on the
-// AVX2 kernels). They give the same bits as the AVX2 ones (the integer sums are
+// product of Q8_0, Q4_K and Q6_K weights, Q5_K's of one to four and of
+// sixteen tokens, and the one- to four-token products of Q3_K and Q2_K
+// (their batched products stay on the AVX2 kernels). They give the same bits as the AVX2 ones (the integer sums are
 // exact either way and the float steps are the same), so the choice is
 // one of speed only; tests and benchmarks clear it to compare the two.
 var useVNNI = hasVNNI
@@ -98,14 +98,16 @@ func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, 
 
 // vnniBatched returns the VNNI sixteen-token kernel and the VNNI twin of
 // the eight-token kernel g8 of weights of type t where there are some
-// (Q4_K and Q6_K, the types of Q4_K_M files; Q8_0's batched products
-// take gemmQ8RowsVNNI), else nil and g8.
+// (Q4_K and Q6_K, the types of Q4_K_M files, and Q5_K's sixteen-token
+// one; Q8_0's batched products take gemmQ8RowsVNNI), else nil and g8.
 func vnniBatched(t tensor.DType, g8 gemmX8) (gemmX16, gemmX8) {
 	switch t {
 	case tensor.Q4_K:
 		return gemmQ4Kx16VNNI, gemmQ4Kx8VNNI
 	case tensor.Q6_K:
 		return gemmQ6Kx16VNNI, gemmQ6Kx8VNNI
+	case tensor.Q5_K:
+		return gemmQ5Kx16VNNI, g8
 	}
 	return nil, g8
 }
