@@ -108,32 +108,75 @@ func pairRun(g16 gemmX16, avx8 gemmX8) func(bool, *Matrix, []byte, int, int) []f
 // matrices of 864 KiB (in L3, not in L2) and on one tile's worth that
 // stays in L2.
 func BenchmarkGemmQ4KVNNI(b *testing.B) {
-	for _, sh := range [][2]int{{2048, 768}, {768, 2048}, {64, 2048}} {
+	benchKEight(b, tensor.Q4_K, [][2]int{{2048, 768}, {768, 2048}, {64, 2048}}, gemmQ4Kx8, gemmQ4Kx8VNNI)
+}
+
+// benchKInputs returns a rows×cols matrix of typ, its row bytes and
+// block count, and n tokens' activations interleaved as gemmKRows has
+// them (groups of eight, nb·xiBlock bytes each).
+func benchKInputs(b *testing.B, typ tensor.DType, rows, cols, n int) (w *Matrix, rb, nb int, xi []byte) {
+	w = benchMatrix(b, typ, rows, cols)
+	nb = cols / 32
+	rb, _ = typ.RowBytes(cols)
+	x := randFloats(rand.New(rand.NewPCG(2, 3)), n*cols)
+	xq := make([]byte, n*nb*xBlockBytes)
+	for i := range n {
+		quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
+	}
+	return w, rb, nb, interleaveGroups(nil, xq, n, nb)
+}
+
+// benchKRuns times each named run on a rows×cols product of n tokens, the
+// list alternating so that the machine's drift falls on both, reporting
+// GFLOP/s.
+func benchKRuns(b *testing.B, rows, cols, n int, runs []benchKRun) {
+	for _, k := range runs {
+		b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, k.name), func(b *testing.B) {
+			if !hasVNNI {
+				b.Skip("no AVX-512 VNNI on this CPU")
+			}
+			for b.Loop() {
+				k.run()
+			}
+			b.ReportMetric(2*float64(rows*cols*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// benchKRun is one of benchKRuns's contenders.
+type benchKRun struct {
+	name string
+	run  func()
+}
+
+// benchKEight compares the eight-token kernels base and vnni on each
+// shape.
+func benchKEight(b *testing.B, typ tensor.DType, shapes [][2]int, base, vnni gemmX8) {
+	for _, sh := range shapes {
 		rows, cols := sh[0], sh[1]
-		w := benchMatrix(b, tensor.Q4_K, rows, cols)
-		nb := cols / 32
-		rb, _ := tensor.Q4_K.RowBytes(cols)
-		rng := rand.New(rand.NewPCG(2, 3))
-		xq := make([]byte, 8*nb*xBlockBytes)
-		x := randFloats(rng, 8*cols)
-		for i := range 8 {
-			quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
-		}
-		xi := interleaveGroups(nil, xq, 8, nb)
+		w, rb, nb, xi := benchKInputs(b, typ, rows, cols, 8)
 		out := make([]float32, 8*rows)
-		for _, k := range []struct {
-			name string
-			g8   gemmX8
-		}{{"avx2", gemmQ4Kx8}, {"vnni", gemmQ4Kx8VNNI}, {"avx2#2", gemmQ4Kx8}, {"vnni#2", gemmQ4Kx8VNNI}} {
-			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, k.name), func(b *testing.B) {
-				if !hasVNNI {
-					b.Skip("no AVX-512 VNNI on this CPU")
-				}
-				for b.Loop() {
-					k.g8(unsafe.Pointer(&w.Data[0]), rb, rows, unsafe.Pointer(&xi[0]), nb, &out[0], rows*4, 8)
-				}
-				b.ReportMetric(2*float64(rows*cols*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
+		call := func(g8 gemmX8) func() {
+			return func() { g8(unsafe.Pointer(&w.Data[0]), rb, rows, unsafe.Pointer(&xi[0]), nb, &out[0], rows*4, 8) }
 		}
+		benchKRuns(b, rows, cols, 8, []benchKRun{{"base", call(base)}, {"vnni", call(vnni)}, {"base#2", call(base)}, {"vnni#2", call(vnni)}})
+	}
+}
+
+// benchKPair compares two calls of the eight-token kernel base with one
+// of the sixteen-token kernel g16 on each shape.
+func benchKPair(b *testing.B, typ tensor.DType, shapes [][2]int, base gemmX8, g16 gemmX16) {
+	for _, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		w, rb, nb, xi := benchKInputs(b, typ, rows, cols, 16)
+		wp := unsafe.Pointer(&w.Data[0])
+		xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
+		out := make([]float32, 16*rows)
+		x8 := func() {
+			base(wp, rb, rows, xa, nb, &out[0], rows*4, 8)
+			base(wp, rb, rows, xb, nb, &out[8*rows], rows*4, 8)
+		}
+		x16 := func() { g16(wp, rb, rows, xa, xb, nb, &out[0], rows*4, 16) }
+		benchKRuns(b, rows, cols, 16, []benchKRun{{"x8x2", x8}, {"x16", x16}, {"x8x2#2", x8}, {"x16#2", x16}})
 	}
 }

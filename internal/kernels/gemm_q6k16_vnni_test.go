@@ -3,10 +3,8 @@
 package kernels
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
-	"unsafe"
 
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
@@ -30,72 +28,11 @@ func TestGemmQ6KVNNIMatchesAVX2(t *testing.T) {
 // on sixteen tokens, alternating in one run (the machine's load varies
 // between runs), one thread, on matrices of 420 KiB.
 func BenchmarkGemmQ6K16VNNI(b *testing.B) {
-	for _, sh := range [][2]int{{512, 1024}, {256, 2048}} {
-		rows, cols := sh[0], sh[1]
-		w := benchMatrix(b, tensor.Q6_K, rows, cols)
-		nb := cols / 32
-		rb, _ := tensor.Q6_K.RowBytes(cols)
-		rng := rand.New(rand.NewPCG(2, 3))
-		xq := make([]byte, 16*nb*xBlockBytes)
-		x := randFloats(rng, 16*cols)
-		for i := range 16 {
-			quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
-		}
-		xi := interleaveGroups(nil, xq, 16, nb)
-		wp := unsafe.Pointer(&w.Data[0])
-		xa, xb := unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[nb*xiBlock])
-		out := make([]float32, 16*rows)
-		x8 := func() {
-			gemmQ6Kx8(wp, rb, rows, xa, nb, &out[0], rows*4, 8)
-			gemmQ6Kx8(wp, rb, rows, xb, nb, &out[8*rows], rows*4, 8)
-		}
-		x16 := func() { gemmQ6Kx16VNNI(wp, rb, rows, xa, xb, nb, &out[0], rows*4, 16) }
-		for _, k := range []struct {
-			name string
-			run  func()
-		}{{"avx2x2", x8}, {"x16", x16}, {"avx2x2#2", x8}, {"x16#2", x16}} {
-			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, k.name), func(b *testing.B) {
-				if !hasVNNI {
-					b.Skip("no AVX-512 VNNI on this CPU")
-				}
-				for b.Loop() {
-					k.run()
-				}
-				b.ReportMetric(2*float64(rows*cols*16)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
-		}
-	}
+	benchKPair(b, tensor.Q6_K, [][2]int{{512, 1024}, {256, 2048}}, gemmQ6Kx8, gemmQ6Kx16VNNI)
 }
 
 // BenchmarkGemmQ6KVNNI compares gemmQ6Kx8 with gemmQ6Kx8VNNI on eight
 // tokens, alternating in one run, one thread, on matrices of 420 KiB.
 func BenchmarkGemmQ6KVNNI(b *testing.B) {
-	for _, sh := range [][2]int{{512, 1024}, {256, 2048}} {
-		rows, cols := sh[0], sh[1]
-		w := benchMatrix(b, tensor.Q6_K, rows, cols)
-		nb := cols / 32
-		rb, _ := tensor.Q6_K.RowBytes(cols)
-		rng := rand.New(rand.NewPCG(2, 3))
-		xq := make([]byte, 8*nb*xBlockBytes)
-		x := randFloats(rng, 8*cols)
-		for i := range 8 {
-			quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
-		}
-		xi := interleaveGroups(nil, xq, 8, nb)
-		out := make([]float32, 8*rows)
-		for _, k := range []struct {
-			name string
-			g8   gemmX8
-		}{{"avx2", gemmQ6Kx8}, {"vnni", gemmQ6Kx8VNNI}, {"avx2#2", gemmQ6Kx8}, {"vnni#2", gemmQ6Kx8VNNI}} {
-			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, k.name), func(b *testing.B) {
-				if !hasVNNI {
-					b.Skip("no AVX-512 VNNI on this CPU")
-				}
-				for b.Loop() {
-					k.g8(unsafe.Pointer(&w.Data[0]), rb, rows, unsafe.Pointer(&xi[0]), nb, &out[0], rows*4, 8)
-				}
-				b.ReportMetric(2*float64(rows*cols*8)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
-		}
-	}
+	benchKEight(b, tensor.Q6_K, [][2]int{{512, 1024}, {256, 2048}}, gemmQ6Kx8, gemmQ6Kx8VNNI)
 }
