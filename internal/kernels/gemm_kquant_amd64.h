@@ -276,8 +276,24 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 	G6K_Q(QL, QH, R14, 64, A, B, C, D); \
 	G6K_Q(QL, QH, R15, 96, A, B, C, D)
 
-// The sixteen-token VNNI kernels of Q4_K and Q5_K (gemm_q4k16_vnni_amd64.s,
-// gemm_q5k16_vnni_amd64.s): registers (zmm) Z0-Z3 and Z16-Z19 the rows'
+// G6K_SUPER unpacks the four rows' superblock at DX into the frame's
+// records (scales, d at 64(SP), quants) and prefetches the next four
+// rows' share, for gemmQ6Kx8 and its VNNI twins.
+#define G6K_SUPER \
+	G6K_SC(192, 96, 256, 416, 576); \
+	G6K_SC(200, 736, 896, 1056, 1216); \
+	G6K_D; \
+	VMOVDQU k4nib<>(SB), Y15; \
+	VMOVDQU k4x30<>(SB), Y14; \
+	XORQ AX, AX; \
+	G6K_HALF(0, 128, 96, 256, 416, 576); \
+	G6K_HALF(64, 160, 736, 896, 1056, 1216); \
+	GK_PF14; \
+	ADDQ $840, BX
+
+// The sixteen-token VNNI kernels of Q4_K, Q5_K and Q6_K
+// (gemm_q4k16_vnni_amd64.s, gemm_q5k16_vnni_amd64.s,
+// gemm_q6k16_vnni_amd64.s): registers (zmm) Z0-Z3 and Z16-Z19 the rows'
 // even and odd block sums, Z4-Z7 the float accumulators, Z9 X_g (then dx),
 // Z10-Z13 the broadcast quants, Z14 the tokens' cvt(8·Σx); R8 group A's
 // current block, R11 group B's, R9 the record.
@@ -296,6 +312,19 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 	VPDPBUSD Z9, Z11, A1; \
 	VPDPBUSD Z9, Z12, A2; \
 	VPDPBUSD Z9, Z13, A3
+
+// G8V_G is G16_G for one group of eight tokens in 256-bit registers (the
+// eight-token VNNI kernels).
+#define G8V_G(XO, WO, A0, A1, A2, A3) \
+	VMOVDQU XO(R8), Y9; \
+	VPBROADCASTD WO(R9), Y10; \
+	VPBROADCASTD WO+32(R9), Y11; \
+	VPBROADCASTD WO+64(R9), Y12; \
+	VPBROADCASTD WO+96(R9), Y13; \
+	VPDPBUSD Y9, Y10, A0; \
+	VPDPBUSD Y9, Y11, A1; \
+	VPDPBUSD Y9, Y12, A2; \
+	VPDPBUSD Y9, Y13, A3
 
 #define G16_EVEN(XO, WO) \
 	G16_G(XO, WO, Z0, Z1, Z2, Z3)

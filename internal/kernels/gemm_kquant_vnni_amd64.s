@@ -24,24 +24,11 @@
 // dmin of rows 0..3 broadcast once a superblock (gemmQ4Kx8 loads them
 // once a block). General registers as gemmQ4Kx8's.
 
-// G4V_G multiplies group X_g (at XO(R8)) by the four rows' quants of the
-// group (at WO in the record) into A0-A3.
-#define G4V_G(XO, WO, A0, A1, A2, A3) \
-	VMOVDQU XO(R8), Y9; \
-	VPBROADCASTD WO(R9), Y10; \
-	VPBROADCASTD WO+32(R9), Y11; \
-	VPBROADCASTD WO+64(R9), Y12; \
-	VPBROADCASTD WO+96(R9), Y13; \
-	VPDPBUSD Y9, Y10, A0; \
-	VPDPBUSD Y9, Y11, A1; \
-	VPDPBUSD Y9, Y12, A2; \
-	VPDPBUSD Y9, Y13, A3
-
 #define G4V_EVEN(XO, WO) \
-	G4V_G(XO, WO, Y0, Y1, Y2, Y3)
+	G8V_G(XO, WO, Y0, Y1, Y2, Y3)
 
 #define G4V_ODD(XO, WO) \
-	G4V_G(XO, WO, Y16, Y17, Y18, Y19)
+	G8V_G(XO, WO, Y16, Y17, Y18, Y19)
 
 // G4V_ROW adds row R's block into ACC, as G4K_ROW from the int32 sums S
 // and S2: D and DM the row's d and dmin broadcast, T scratch, Y9 the

@@ -31,44 +31,35 @@
 // the two sub-blocks, Z20-Z23 d of rows 0..3, Z24 dx, Z25-Z28 scratch.
 // General registers as gemmQ6Kx8's, with R11 group B's current block.
 
-// The superblock unpacking is gemmQ6Kx8's (G6K_SC, G6K_D, G6K_HALF and
-// GK_PF14 of gemm_kquant_amd64.h): the same records, d at 64(SP).
+// The superblock unpacking is gemmQ6Kx8's (G6K_SUPER of
+// gemm_kquant_amd64.h): the same records, d at 64(SP).
 
-// Q6V_G loads X_g of the sixteen tokens (at XO in both groups' blocks)
-// into Z9 and adds its products with the four rows' quants of the group
-// (at WO in the record) to A0-A3.
-#define Q6V_G(XO, WO, A0, A1, A2, A3) \
-	VMOVDQU XO(R8), Y9; \
-	VINSERTI64X4 $1, XO(R11), Z9, Z9; \
-	VPBROADCASTD WO(R9), Z10; \
-	VPBROADCASTD WO+32(R9), Z11; \
-	VPBROADCASTD WO+64(R9), Z12; \
-	VPBROADCASTD WO+96(R9), Z13; \
-	VPDPBUSD Z9, Z10, A0; \
-	VPDPBUSD Z9, Z11, A1; \
-	VPDPBUSD Z9, Z12, A2; \
-	VPDPBUSD Z9, Z13, A3
-
-// Q6V_G0 is Q6V_G for a group of the first sub-block, which also adds
+// Q6V_G0 is G16_G for a group of the first sub-block, which also adds
 // 32·X_g's sums to Z14.
 #define Q6V_G0(XO, WO) \
-	Q6V_G(XO, WO, Z0, Z1, Z2, Z3); \
+	G16_G(XO, WO, Z0, Z1, Z2, Z3); \
 	VPDPBUSD Z9, Z8, Z14
 
 #define Q6V_G1(XO, WO) \
-	Q6V_G(XO, WO, Z16, Z17, Z18, Z19)
+	G16_G(XO, WO, Z16, Z17, Z18, Z19)
 
 // Q6V_ROW adds row R's block into ACC, as G6K_ROW: S0 and S1 its two
 // sub-blocks' sums of q·x, D its d broadcast, T scratch, Z24 the tokens'
 // dx. The scales are broadcast from the record by the multiplies.
 #define Q6V_ROW(S0, S1, D, T, ACC, R) \
-	VPSUBD Z14, S0, S0; \
-	VPSUBD Z15, S1, S1; \
+	Q6_ROWIN(S0, S1, D, T, ACC, R, Z14, Z15, Z24)
+
+// Q6_ROWIN is Q6V_ROW with the first and second sub-blocks' 32·Σx in C0
+// and C1 and the tokens' dx in DXS: zmm for sixteen tokens, ymm for
+// eight.
+#define Q6_ROWIN(S0, S1, D, T, ACC, R, C0, C1, DXS) \
+	VPSUBD C0, S0, S0; \
+	VPSUBD C1, S1, S1; \
 	VCVTDQ2PS S0, S0; \
 	VCVTDQ2PS S1, S1; \
 	VMULPS.BCST 128+4*R(R9), S0, S0; \
 	VFMADD231PS.BCST 144+4*R(R9), S1, S0; \
-	VMULPS Z24, D, T; \
+	VMULPS DXS, D, T; \
 	VFMADD231PS T, S0, ACC
 
 // Q6V_CONST is QENTRY's CONST: Z8's bytes of 32.
@@ -93,16 +84,7 @@ q6vGroup:
 	JZ q6vStore
 
 q6vSuper:
-	G6K_SC(192, 96, 256, 416, 576)
-	G6K_SC(200, 736, 896, 1056, 1216)
-	G6K_D
-	VMOVDQU k4nib<>(SB), Y15
-	VMOVDQU k4x30<>(SB), Y14
-	XORQ AX, AX
-	G6K_HALF(0, 128, 96, 256, 416, 576)
-	G6K_HALF(64, 160, 736, 896, 1056, 1216)
-	GK_PF14
-	ADDQ $840, BX
+	G6K_SUPER
 	VBROADCASTSS 64(SP), Z20
 	VBROADCASTSS 68(SP), Z21
 	VBROADCASTSS 72(SP), Z22
@@ -168,35 +150,16 @@ q6vDone:
 // twin of gemmQ6Kx8 for a group left over from the pairs, with the same
 // frame, unpacking, exact integers and float steps, so the same bits.
 
-// Q6W_G is Q6V_G for the eight tokens at XO(R8).
-#define Q6W_G(XO, WO, A0, A1, A2, A3) \
-	VMOVDQU XO(R8), Y9; \
-	VPBROADCASTD WO(R9), Y10; \
-	VPBROADCASTD WO+32(R9), Y11; \
-	VPBROADCASTD WO+64(R9), Y12; \
-	VPBROADCASTD WO+96(R9), Y13; \
-	VPDPBUSD Y9, Y10, A0; \
-	VPDPBUSD Y9, Y11, A1; \
-	VPDPBUSD Y9, Y12, A2; \
-	VPDPBUSD Y9, Y13, A3
-
 #define Q6W_G0(XO, WO) \
-	Q6W_G(XO, WO, Y0, Y1, Y2, Y3); \
+	G8V_G(XO, WO, Y0, Y1, Y2, Y3); \
 	VPDPBUSD Y9, Y8, Y14
 
 #define Q6W_G1(XO, WO) \
-	Q6W_G(XO, WO, Y16, Y17, Y18, Y19)
+	G8V_G(XO, WO, Y16, Y17, Y18, Y19)
 
 // Q6W_ROW is Q6V_ROW on eight tokens.
 #define Q6W_ROW(S0, S1, D, T, ACC, R) \
-	VPSUBD Y14, S0, S0; \
-	VPSUBD Y15, S1, S1; \
-	VCVTDQ2PS S0, S0; \
-	VCVTDQ2PS S1, S1; \
-	VMULPS.BCST 128+4*R(R9), S0, S0; \
-	VFMADD231PS.BCST 144+4*R(R9), S1, S0; \
-	VMULPS Y24, D, T; \
-	VFMADD231PS T, S0, ACC
+	Q6_ROWIN(S0, S1, D, T, ACC, R, Y14, Y15, Y24)
 
 // func gemmQ6Kx8VNNI(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
@@ -207,16 +170,7 @@ q6wGroup:
 	GK_GROUP(q6wStore)
 
 q6wSuper:
-	G6K_SC(192, 96, 256, 416, 576)
-	G6K_SC(200, 736, 896, 1056, 1216)
-	G6K_D
-	VMOVDQU k4nib<>(SB), Y15
-	VMOVDQU k4x30<>(SB), Y14
-	XORQ AX, AX
-	G6K_HALF(0, 128, 96, 256, 416, 576)
-	G6K_HALF(64, 160, 736, 896, 1056, 1216)
-	GK_PF14
-	ADDQ $840, BX
+	G6K_SUPER
 	VBROADCASTSS 64(SP), Y20
 	VBROADCASTSS 68(SP), Y21
 	VBROADCASTSS 72(SP), Y22
