@@ -150,6 +150,8 @@ q6vDone:
 // twin of gemmQ6Kx8 for a group left over from the pairs, with the same
 // frame, unpacking, exact integers and float steps, so the same bits.
 
+// Q6W_G0 and Q6W_G1 are Q6V_G0 and Q6V_G1 for the eight tokens at
+// XO(R8).
 #define Q6W_G0(XO, WO) \
 	G8V_G(XO, WO, Y0, Y1, Y2, Y3); \
 	VPDPBUSD Y9, Y8, Y14

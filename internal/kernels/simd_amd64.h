@@ -373,3 +373,61 @@ TOK: \
 	LEAQ (SI)(AX*4), SI; \
 	SUBQ $4, R13; \
 	JMP LOOP
+
+// Q1_KERNEL and Q2_KERNEL are the whole bodies of the adjacent four-row
+// Q8_0 kernels for one token (matQ8x1 and its VNNI twin) and two (matQ8x2
+// and its twin): CONST sets the kernel's constants (QENTRY), HEAD loads
+// the four rows' block at DX (scales and weights), TOK(Rt, ACC) adds one
+// token's block into its accumulator. The next group's share of the
+// block is prefetched after the first token.
+#define Q1_KERNEL(CONST, HEAD, TOK) \
+	QENTRY(out+40, CONST, done); \
+group: \
+	QGROUP1(QBLOCKS, reduce); \
+	PCALIGN $32; \
+block: \
+	HEAD; \
+	TOK(R8, X4); \
+	Q_NEXTPF; \
+	ADDQ $34, DX; \
+	ADDQ $36, R8; \
+	DECQ CX; \
+	JNZ block; \
+reduce: \
+	STORE1(group, partial, done); \
+partial: \
+	PARTIAL1(done); \
+done: \
+	VZEROUPPER; \
+	RET
+
+#define Q2_KERNEL(CONST, HEAD, TOK) \
+	QENTRY(out+48, CONST, done); \
+group: \
+	QGROUP2(QBLOCKS, reduce); \
+	PCALIGN $32; \
+block: \
+	HEAD; \
+	TOK(R8, X4); \
+	Q_NEXTPF; \
+	TOK(R9, X5); \
+	ADDQ $34, DX; \
+	ADDQ $36, R8; \
+	ADDQ $36, R9; \
+	DECQ CX; \
+	JNZ block; \
+reduce: \
+	STORE2(group, partial, done); \
+partial: \
+	PARTIAL2(done); \
+done: \
+	VZEROUPPER; \
+	RET
+
+// Q_NEXTPF fetches the next four rows' share (4·34 bytes) of a Q8_0 block,
+// one group ahead (BX).
+#define Q_NEXTPF \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	PREFETCHT0 128(BX); \
+	ADDQ $136, BX

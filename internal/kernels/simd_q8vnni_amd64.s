@@ -94,69 +94,24 @@
 	VPDPBUSD Y10, Y3, Y14; \
 	FINISH(Rt, ACC)
 
+// VQ8_HEAD1 and VQ8_HEAD2 load the four rows' block, scales and
+// flipped weights, for the one- and two-token kernels (which have
+// different general registers free for VQ8_SCALES).
+#define VQ8_HEAD1 \
+	VQ8_SCALES(AX, R9, R10); \
+	VQ8_WEIGHTS
+
+#define VQ8_HEAD2 \
+	VQ8_SCALES(AX, R10, R11); \
+	VQ8_WEIGHTS
+
 // func matQ8x1VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ8x1VNNI(SB), NOSPLIT, $0-48
-	QENTRY(out+40, VQ8_CONST, done)
-
-group:
-	QGROUP1(QBLOCKS, reduce)
-
-	PCALIGN $32
-block:
-	VQ8_SCALES(AX, R9, R10)
-	VQ8_WEIGHTS
-	VQ8_TOK(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	PREFETCHT0 128(BX)
-	ADDQ $136, BX
-	ADDQ $34, DX
-	ADDQ $36, R8
-	DECQ CX
-	JNZ block
-
-reduce:
-	STORE1(group, partial, done)
-
-partial:
-	PARTIAL1(done)
-
-done:
-	VZEROUPPER
-	RET
+	Q1_KERNEL(VQ8_CONST, VQ8_HEAD1, VQ8_TOK)
 
 // func matQ8x2VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x2VNNI(SB), NOSPLIT, $0-64
-	QENTRY(out+48, VQ8_CONST, done)
-
-group:
-	QGROUP2(QBLOCKS, reduce)
-
-	PCALIGN $32
-block:
-	VQ8_SCALES(AX, R10, R11)
-	VQ8_WEIGHTS
-	VQ8_TOK(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	PREFETCHT0 128(BX)
-	ADDQ $136, BX
-	VQ8_TOK(R9, X5)
-	ADDQ $34, DX
-	ADDQ $36, R8
-	ADDQ $36, R9
-	DECQ CX
-	JNZ block
-
-reduce:
-	STORE2(group, partial, done)
-
-partial:
-	PARTIAL2(done)
-
-done:
-	VZEROUPPER
-	RET
+	Q2_KERNEL(VQ8_CONST, VQ8_HEAD2, VQ8_TOK)
 
 // VQ8_MIX prepares the four-token kernel's block: the four rows' weights
 // at DX as four mixtures M0-M3 (Y0-Y3), and -128·Σw of each row in Y16.

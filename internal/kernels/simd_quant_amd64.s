@@ -59,6 +59,11 @@
 	ROW_Q8(2(DX)(R15*1), Y3, Y14); \
 	FINISH(Rt, ACC)
 
+// Q8_HEAD loads the four rows' block: scales and |w|.
+#define Q8_HEAD \
+	SCALES; \
+	WEIGHTS_Q8
+
 #define WEIGHTS_Q8 \
 	VPABSB 2(DX), Y0; \
 	VPABSB 2(DX)(R12*1), Y1; \
@@ -101,34 +106,7 @@ GLOBL eights<>(SB), RODATA|NOPTR, $32
 
 // func matQ8x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ8x1(SB), NOSPLIT, $0-48
-	QENTRY(out+40, QCONST, matQ8x1done)
-
-matQ8x1group:
-	QGROUP1(QBLOCKS, matQ8x1reduce)
-
-	PCALIGN $32
-matQ8x1block:
-	SCALES
-	WEIGHTS_Q8
-	TOK_Q8(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	PREFETCHT0 128(BX)
-	ADDQ $136, BX
-	ADDQ $34, DX
-	ADDQ $36, R8
-	DECQ CX
-	JNZ matQ8x1block
-
-matQ8x1reduce:
-	STORE1(matQ8x1group, matQ8x1partial, matQ8x1done)
-
-matQ8x1partial:
-	PARTIAL1(matQ8x1done)
-
-matQ8x1done:
-	VZEROUPPER
-	RET
+	Q1_KERNEL(QCONST, Q8_HEAD, TOK_Q8)
 
 // func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x4(SB), NOSPLIT, $0-64
@@ -235,36 +213,7 @@ matQ4x4done:
 
 // func matQ8x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x2(SB), NOSPLIT, $0-64
-	QENTRY(out+48, QCONST, matQ8x2done)
-
-matQ8x2group:
-	QGROUP2(QBLOCKS, matQ8x2reduce)
-
-	PCALIGN $32
-matQ8x2block:
-	SCALES
-	WEIGHTS_Q8
-	TOK_Q8(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	PREFETCHT0 128(BX)
-	ADDQ $136, BX
-	TOK_Q8(R9, X5)
-	ADDQ $34, DX
-	ADDQ $36, R8
-	ADDQ $36, R9
-	DECQ CX
-	JNZ matQ8x2block
-
-matQ8x2reduce:
-	STORE2(matQ8x2group, matQ8x2partial, matQ8x2done)
-
-matQ8x2partial:
-	PARTIAL2(matQ8x2done)
-
-matQ8x2done:
-	VZEROUPPER
-	RET
+	Q2_KERNEL(QCONST, Q8_HEAD, TOK_Q8)
 
 // func matQ4x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4x2(SB), NOSPLIT, $0-64
