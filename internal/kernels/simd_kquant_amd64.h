@@ -702,3 +702,34 @@ GLOBL k5bit<>(SB), RODATA|NOPTR, $8
 	PREFETCHT0 320(BX); \
 	ADDQ $336, BX; \
 	ADDQ $84, DX
+
+// Q2_K's token step in two halves around the dword sums of x (Q2K_TOK,
+// simd_q3k_amd64.s, and its VNNI twin).
+
+// Q2K_A leaves the four rows' A in X11 as float32, from their dot
+// products by DOT (K_DOT4 or its VNNI twin) times the scales at SO.
+#define Q2K_A(DOT, Rt, XO, SO) \
+	DOT(Rt, XO); \
+	VPMOVZXBD SO(SP), Y12; \
+	VPMULLD Y12, Y11, Y11; \
+	VEXTRACTI128 $1, Y11, X12; \
+	VPADDD X12, X11, X11; \
+	VCVTDQ2PS X11, X11
+
+// Q2K_B is Q2K_TOK from the dword sums of x (Y12) on: B from them and the
+// mins at SO+64, and both terms into ACC.
+#define Q2K_B(Rt, XO, SO, ACC) \
+	VPSHUFD $0x4e, Y12, Y13; \
+	VPADDD Y13, Y12, Y12; \
+	VPSHUFD $0xb1, Y12, Y13; \
+	VPADDD Y13, Y12, Y12; \
+	VPMOVZXBD SO+64(SP), Y13; \
+	VPMULLD Y13, Y12, Y12; \
+	VEXTRACTI128 $1, Y12, X13; \
+	VPADDD X13, X12, X12; \
+	VCVTDQ2PS X12, X12; \
+	VBROADCASTSS XO(Rt), X13; \
+	VMULPS 128(SP), X13, X14; \
+	VMULPS 144(SP), X13, X13; \
+	VFMADD231PS X14, X11, ACC; \
+	VFNMADD231PS X13, X12, ACC

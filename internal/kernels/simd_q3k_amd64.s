@@ -34,28 +34,10 @@
 // Q2K_TOK adds activation block XO/36 of the token at Rt into ACC, SO =
 // 8·XO/36 locating its two scales (and, 64 bytes on, its two mins).
 #define Q2K_TOK(Rt, XO, SO, ACC) \
-	K_DOT4(Rt, XO); \
-	VPMOVZXBD SO(SP), Y12; \
-	VPMULLD Y12, Y11, Y11; \
-	VEXTRACTI128 $1, Y11, X12; \
-	VPADDD X12, X11, X11; \
-	VCVTDQ2PS X11, X11; \
+	Q2K_A(K_DOT4, Rt, XO, SO); \
 	VPMADDUBSW XO+4(Rt), Y10, Y12; \
 	VPMADDWD Y8, Y12, Y12; \
-	VPSHUFD $0x4e, Y12, Y13; \
-	VPADDD Y13, Y12, Y12; \
-	VPSHUFD $0xb1, Y12, Y13; \
-	VPADDD Y13, Y12, Y12; \
-	VPMOVZXBD SO+64(SP), Y13; \
-	VPMULLD Y13, Y12, Y12; \
-	VEXTRACTI128 $1, Y12, X13; \
-	VPADDD X13, X12, X12; \
-	VCVTDQ2PS X12, X12; \
-	VBROADCASTSS XO(Rt), X13; \
-	VMULPS 128(SP), X13, X14; \
-	VMULPS 144(SP), X13, X13; \
-	VFMADD231PS X14, X11, ACC; \
-	VFNMADD231PS X13, X12, ACC
+	Q2K_B(Rt, XO, SO, ACC)
 
 // Q2K_SUPER is Q3K_SUPER for Q2_K.
 #define Q2K_SUPER(T) \
