@@ -78,6 +78,14 @@ func eachQ8Path(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
+// fillBytes sets every byte of b to v: a block of quants all at one
+// extreme.
+func fillBytes(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
+
 func needSIMD(t *testing.T) {
 	t.Helper()
 	if !hasAVX2 {

@@ -128,13 +128,9 @@ func kqActivations(rng *rand.Rand, n, nb int) []byte {
 		q := blk[4:]
 		switch rng.IntN(6) {
 		case 0:
-			for i := range q {
-				q[i] = 127
-			}
+			fillBytes(q, 127)
 		case 1:
-			for i := range q {
-				q[i] = 0x81 // -127
-			}
+			fillBytes(q, 0x81) // -127
 		case 2:
 			clear(q)
 			if rng.IntN(2) == 0 {

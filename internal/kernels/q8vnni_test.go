@@ -39,13 +39,9 @@ func vq8Weights(t *testing.T, rng *rand.Rand, rows, nb int) []byte {
 		q := blk[2:]
 		switch rng.IntN(8) {
 		case 0:
-			for i := range q {
-				q[i] = 0x80
-			}
+			fillBytes(q, 0x80)
 		case 1:
-			for i := range q {
-				q[i] = 127
-			}
+			fillBytes(q, 127)
 		case 2:
 			clear(q)
 		case 3, 4:
@@ -106,13 +102,9 @@ func vq8Activations(rng *rand.Rand, n, nb int) []byte {
 		q := blk[4:]
 		switch rng.IntN(8) {
 		case 0:
-			for i := range q {
-				q[i] = 127
-			}
+			fillBytes(q, 127)
 		case 1:
-			for i := range q {
-				q[i] = 0x81 // -127
-			}
+			fillBytes(q, 0x81) // -127
 		case 2:
 			for i := range q {
 				q[i] = 127
@@ -368,9 +360,7 @@ func TestQ8VNNIMinus128(t *testing.T) {
 	for k := 0; k < 4*nb; k++ {
 		q := xq[k*xBlockBytes+4 : (k+1)*xBlockBytes]
 		if k%5 == 0 {
-			for i := range q {
-				q[i] = 0x80
-			}
+			fillBytes(q, 0x80)
 			continue
 		}
 		q[rng.IntN(32)] = 0x80
