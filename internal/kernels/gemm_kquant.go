@@ -28,7 +28,11 @@ func gemmQ6Kx8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, 
 
 // The legacy types' eight-token kernels (gemm_legacy_amd64.s), on the
 // same interleaved activations; like the K-quants' their quants are
-// unsigned, so nothing is scanned first either.
+// unsigned (Q4_0's and Q5_0's offsets come off as multiples of Σx), so
+// nothing is scanned first either.
+
+//go:noescape
+func gemmQ40x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 
 //go:noescape
 func gemmQ41x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
@@ -76,7 +80,7 @@ func gemmKRows(g16 gemmX16, g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0
 // hasGemm reports whether weights of type t have an eight-token kernel.
 func hasGemm(t tensor.DType) bool {
 	switch t {
-	case tensor.Q8_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
+	case tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1,
 		tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K:
 		return true
 	}

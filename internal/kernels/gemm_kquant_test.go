@@ -16,7 +16,7 @@ var gemmKTypes = []tensor.DType{tensor.Q2_K, tensor.Q3_K, tensor.Q4_K, tensor.Q5
 // gemmLegacyTypes are the legacy 32-element types with one
 // (gemm_legacy_amd64.s), gemmTypes both sets.
 var (
-	gemmLegacyTypes = []tensor.DType{tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
+	gemmLegacyTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
 	gemmTypes       = append(append([]tensor.DType{}, gemmKTypes...), gemmLegacyTypes...)
 )
 
@@ -73,7 +73,7 @@ func TestGemmKQuantPool(t *testing.T) { eachQ8Path(t, gemmKQuantPool) }
 func gemmKQuantPool(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(65, 66))
-	types := append([]tensor.DType{tensor.Q8_0, tensor.Q4_0}, gemmTypes...)
+	types := append([]tensor.DType{tensor.Q8_0}, gemmTypes...)
 	ws := make([]*Matrix, len(types))
 	for k, typ := range types {
 		ws[k], _ = randMatrix(t, rng, typ, 37+k*29, 768)

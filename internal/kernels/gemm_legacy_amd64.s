@@ -5,7 +5,7 @@
 #include "simd_legacy_amd64.h"
 #include "gemm_kquant_amd64.h"
 
-// The batched Q4_1, Q5_0 and Q5_1 kernels: four weight rows by eight
+// The batched Q4_0, Q4_1, Q5_0 and Q5_1 kernels: four weight rows by eight
 // tokens per pass on the interleaved activations of gemm_q8_amd64.s, laid
 // out as the K-quant ones (gemm_kquant_amd64.s): each register holds one
 // row's value for the eight tokens, so the integer sums need no reduction
@@ -31,8 +31,14 @@
 // the block of row 0, R8 the interleaved block, R9 the record, CX blocks
 // left, R13 rows left, DI the output, BX the prefetch pointer.
 
-// GL_W41 and GL_W50 unpack the rows' quants into Y0-Y3 (WEIGHTS_Q51 for
-// Q5_1).
+// GL_W40, GL_W41 and GL_W50 unpack the rows' quants into Y0-Y3
+// (WEIGHTS_Q51 for Q5_1).
+#define GL_W40 \
+	LG_NIBS(2(DX), Y0, X0); \
+	LG_NIBS(2(DX)(R12*1), Y1, X1); \
+	LG_NIBS(2(DX)(R14*1), Y2, X2); \
+	LG_NIBS(2(DX)(R15*1), Y3, X3)
+
 #define GL_W41 \
 	WEIGHTS_Q41
 
@@ -97,8 +103,8 @@
 	VCVTDQ2PS S, S; \
 	GL_ROWD(S, T, ACC, R)
 
-// GL_FINM and GL_FIN0 add the block into the accumulators: Q4_1 and Q5_1,
-// Q5_0.
+// GL_FINM, GL_FIN0 and GL_FIN40 add the block into the accumulators:
+// Q4_1 and Q5_1, Q5_0, Q4_0.
 #define GL_FINM \
 	VMOVDQU 32(R8), Y14; \
 	VPSRAD $3, Y14, Y14; \
@@ -111,6 +117,13 @@
 #define GL_FIN0 \
 	VMOVDQU 32(R8), Y14; \
 	VPSLLD $1, Y14, Y14; \
+	GL_ROW0(Y0, Y10, Y4, 0); \
+	GL_ROW0(Y1, Y11, Y5, 1); \
+	GL_ROW0(Y2, Y12, Y6, 2); \
+	GL_ROW0(Y3, Y13, Y7, 3)
+
+#define GL_FIN40 \
+	VMOVDQU 32(R8), Y14; \
 	GL_ROW0(Y0, Y10, Y4, 0); \
 	GL_ROW0(Y1, Y11, Y5, 1); \
 	GL_ROW0(Y2, Y12, Y6, 2); \
@@ -148,8 +161,12 @@ DONE: \
 	VZEROUPPER; \
 	RET
 
-// func gemmQ41x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
+// func gemmQ40x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 // writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
+TEXT ·gemmQ40x8(SB), 0, $288-64
+	GL_KERNEL(GL_W40, GL_SUM4, GL_FIN40, $18, $72, g40Group, g40Block, g40Store, g40Rows, g40Row, g40Tok, g40Done)
+
+// func gemmQ41x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, out *float32, ostride, ntok int)
 TEXT ·gemmQ41x8(SB), 0, $288-64
 	GL_KERNEL(GL_W41, GL_SUM4, GL_FINM, $20, $80, g41Group, g41Block, g41Store, g41Rows, g41Row, g41Tok, g41Done)
 

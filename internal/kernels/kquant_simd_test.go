@@ -33,13 +33,13 @@ func kqF16(rng *rand.Rand) uint16 {
 
 // kqWeights returns rows×cols of Q4_K, Q5_K or Q6_K bytes, each superblock
 // drawn from one of several shapes of extreme or random content (Q5_K's
-// from q5kWeights, Q3_K's and Q2_K's from q23kWeights; Q4_1, Q5_0 and
-// Q5_1 from lgWeights).
+// from q5kWeights, Q3_K's and Q2_K's from q23kWeights; Q4_0, Q4_1, Q5_0
+// and Q5_1 from lgWeights).
 func kqWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
 	switch typ {
 	case tensor.Q5_K:
 		return q5kWeights(rng, rows, cols)
-	case tensor.Q4_1, tensor.Q5_0, tensor.Q5_1:
+	case tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1:
 		return lgWeights(rng, typ, rows, cols)
 	case tensor.Q3_K, tensor.Q2_K:
 		return q23kWeights(rng, typ, rows, cols)

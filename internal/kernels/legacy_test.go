@@ -9,9 +9,11 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-var legacyTypes = []tensor.DType{tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
+// legacyTypes are the 32-element types besides Q8_0: Q4_0 and the ones
+// named legacy here (legacy.go), which share its block layout and tests.
+var legacyTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
 
-// lgWeights returns rows×cols of Q4_1, Q5_0 or Q5_1 bytes written
+// lgWeights returns rows×cols of Q4_0, Q4_1, Q5_0 or Q5_1 bytes written
 // directly: random blocks, and blocks of all-maximum or all-zero quants
 // and fifth bits, with d and m from kqF16 (zero, subnormal, the largest
 // finite float16, ordinary values).
@@ -35,12 +37,12 @@ func lgWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
 		case 1: // every quant 0
 			clear(b[2:])
 		case 2: // fifth bits alternating, nibbles random
-			if typ != tensor.Q4_1 {
+			if typ == tensor.Q5_0 || typ == tensor.Q5_1 {
 				binary.LittleEndian.PutUint32(b[bb-20:], 0x5555aaaa)
 			}
 		}
 		binary.LittleEndian.PutUint16(b, kqF16(rng))
-		if typ != tensor.Q5_0 {
+		if typ == tensor.Q4_1 || typ == tensor.Q5_1 {
 			binary.LittleEndian.PutUint16(b[2:], kqF16(rng))
 		}
 	}

@@ -160,7 +160,7 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	case tensor.Q8_0:
 		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
 	case tensor.Q4_0:
-		q1, q2, q4 = matQ4x1, matQ4x2, matQ4x4
+		q1, q2, q4, g8 = matQ4x1, matQ4x2, matQ4x4, gemmQ40x8
 	case tensor.Q4_1:
 		q1, q2, q4, g8 = matQ41x1, matQ41x2, matQ41x4, gemmQ41x8
 	case tensor.Q5_0:
