@@ -34,7 +34,9 @@ func gemmKQuantMatchesGo(t *testing.T) {
 
 // The legacy kernels likewise, and on block counts that are not whole
 // superblocks (1, 3 and 7 blocks): they step block by block.
-func TestGemmLegacyMatchesGo(t *testing.T) {
+func TestGemmLegacyMatchesGo(t *testing.T) { eachQ8Path(t, gemmLegacyMatchesGo) }
+
+func gemmLegacyMatchesGo(t *testing.T) {
 	needSIMD(t)
 	kqSweep(t, rand.New(rand.NewPCG(67, 68)), gemmLegacyTypes, []int{32, 96, 224, 768}, 5, 20)
 }

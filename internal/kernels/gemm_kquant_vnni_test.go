@@ -180,3 +180,37 @@ func benchKPair(b *testing.B, typ tensor.DType, shapes [][2]int, base gemmX8, g1
 		benchKRuns(b, rows, cols, 16, []benchKRun{{"x8x2", x8}, {"x16", x16}, {"x8x2#2", x8}, {"x16#2", x16}})
 	}
 }
+
+// BenchmarkGemmLegacyVNNI compares Q5_0's and Q5_1's eight-token kernels
+// with their VNNI twins (BenchmarkGemmQ4KVNNI's shapes).
+func BenchmarkGemmLegacyVNNI(b *testing.B) {
+	shapes := [][2]int{{2048, 768}, {768, 2048}, {64, 2048}}
+	for _, c := range []struct {
+		t          tensor.DType
+		base, vnni gemmX8
+	}{
+		{tensor.Q5_0, gemmQ50x8, gemmQ50x8VNNI},
+		{tensor.Q5_1, gemmQ51x8, gemmQ51x8VNNI},
+	} {
+		b.Run(c.t.String(), func(b *testing.B) { benchKEight(b, c.t, shapes, c.base, c.vnni) })
+	}
+}
+
+// BenchmarkGemmLegacy16VNNI compares two calls of the legacy types'
+// eight-token kernels (VNNI where there is one) with one of their
+// sixteen-token ones.
+func BenchmarkGemmLegacy16VNNI(b *testing.B) {
+	shapes := [][2]int{{2048, 768}, {768, 2048}}
+	for _, c := range []struct {
+		t    tensor.DType
+		base gemmX8
+		g16  gemmX16
+	}{
+		{tensor.Q4_0, gemmQ40x8, gemmQ40x16VNNI},
+		{tensor.Q4_1, gemmQ41x8, gemmQ41x16VNNI},
+		{tensor.Q5_0, gemmQ50x8VNNI, gemmQ50x16VNNI},
+		{tensor.Q5_1, gemmQ51x8VNNI, gemmQ51x16VNNI},
+	} {
+		b.Run(c.t.String(), func(b *testing.B) { benchKPair(b, c.t, shapes, c.base, c.g16) })
+	}
+}

@@ -502,16 +502,20 @@ func TestVNNISelection(t *testing.T) {
 	}
 	for _, c := range []struct {
 		t      tensor.DType
-		g8     gemmX8
+		g8, v8 gemmX8 // the eight-token kernel, and its VNNI twin or itself
+		v16    gemmX16
 		q1     quantX1
 		q2, q4 quantX4
 		v1     quantX1
 	}{
-		{tensor.Q3_K, gemmQ3Kx8, matQ3Kx1, matQ3Kx2, matQ3Kx4, matQ3Kx1VNNI},
-		{tensor.Q5_1, gemmQ51x8, matQ51x1, matQ51x2, matQ51x4, matQ51x1},
+		{tensor.Q3_K, gemmQ3Kx8, gemmQ3Kx8, nil, matQ3Kx1, matQ3Kx2, matQ3Kx4, matQ3Kx1VNNI},
+		{tensor.Q4_0, gemmQ40x8, gemmQ40x8, gemmQ40x16VNNI, matQ4x1, matQ4x2, matQ4x4, matQ4x1},
+		{tensor.Q4_1, gemmQ41x8, gemmQ41x8, gemmQ41x16VNNI, matQ41x1, matQ41x2, matQ41x4, matQ41x1},
+		{tensor.Q5_0, gemmQ50x8, gemmQ50x8VNNI, gemmQ50x16VNNI, matQ50x1, matQ50x2, matQ50x4, matQ50x1},
+		{tensor.Q5_1, gemmQ51x8, gemmQ51x8VNNI, gemmQ51x16VNNI, matQ51x1, matQ51x2, matQ51x4, matQ51x1},
 	} {
-		if g16, g8 := vnniBatched(c.t, c.g8); g16 != nil || ptr(g8) != ptr(c.g8) {
-			t.Errorf("%s: batched product changed", c.t)
+		if g16, g8 := vnniBatched(c.t, c.g8); (g16 == nil) != (c.v16 == nil) || g16 != nil && ptr(g16) != ptr(c.v16) || ptr(g8) != ptr(c.v8) {
+			t.Errorf("%s: batched product not the expected one", c.t)
 		}
 		q1, _, _ := vnniTwins(c.t, c.q1, c.q2, c.q4)
 		if ptr(q1) != ptr(c.v1) {

@@ -120,10 +120,15 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 // WEIGHTS_Q41, WEIGHTS_Q50 and WEIGHTS_Q51 unpack the four rows' current
 // blocks into Y0-Y3.
 #define WEIGHTS_Q41 \
-	LG_NIBS(4(DX), Y0, X0); \
-	LG_NIBS(4(DX)(R12*1), Y1, X1); \
-	LG_NIBS(4(DX)(R14*1), Y2, X2); \
-	LG_NIBS(4(DX)(R15*1), Y3, X3)
+	LG_NIBS4(4)
+
+// LG_NIBS4 unpacks the four rows' 16 bytes of nibbles at QS in the block
+// into Y0-Y3 (Q4_1's, and Q4_0's for the eight-token kernel).
+#define LG_NIBS4(QS) \
+	LG_NIBS(QS(DX), Y0, X0); \
+	LG_NIBS(QS(DX)(R12*1), Y1, X1); \
+	LG_NIBS(QS(DX)(R14*1), Y2, X2); \
+	LG_NIBS(QS(DX)(R15*1), Y3, X3)
 
 #define WEIGHTS_Q50 \
 	LG_Q50(6(DX), 2(DX), Y0, X0); \

@@ -98,8 +98,9 @@ func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, 
 
 // vnniBatched returns the VNNI sixteen-token kernel and the VNNI twin of
 // the eight-token kernel g8 of weights of type t where there are some
-// (Q4_K and Q6_K, the types of Q4_K_M files, and Q5_K's sixteen-token
-// one; Q8_0's batched products take gemmQ8RowsVNNI), else nil and g8.
+// (Q4_K, Q6_K, Q5_0 and Q5_1, and the sixteen-token ones of Q5_K, Q4_0
+// and Q4_1; Q8_0's batched products take gemmQ8RowsVNNI), else nil and
+// g8.
 func vnniBatched(t tensor.DType, g8 gemmX8) (gemmX16, gemmX8) {
 	switch t {
 	case tensor.Q4_K:
@@ -108,6 +109,14 @@ func vnniBatched(t tensor.DType, g8 gemmX8) (gemmX16, gemmX8) {
 		return gemmQ6Kx16VNNI, gemmQ6Kx8VNNI
 	case tensor.Q5_K:
 		return gemmQ5Kx16VNNI, g8
+	case tensor.Q4_0:
+		return gemmQ40x16VNNI, g8
+	case tensor.Q4_1:
+		return gemmQ41x16VNNI, g8
+	case tensor.Q5_0:
+		return gemmQ50x16VNNI, gemmQ50x8VNNI
+	case tensor.Q5_1:
+		return gemmQ51x16VNNI, gemmQ51x8VNNI
 	}
 	return nil, g8
 }
