@@ -19,16 +19,16 @@
 // What it owns: the canonical reduction orders (order.go), the pure-Go
 // kernels that define them (generic.go), the AVX2+FMA+F16C assembly that
 // reproduces them on amd64 (simd_*_amd64.s, chosen at run time, or never
-// with the purego build tag) and its AVX-512 VNNI variants for Q8_0 and
-// the K-quants (*vnni_amd64.s), the Q8_0 quantisation of activations, and the
+// with the purego build tag) and its AVX-512 VNNI variants for Q8_0, the
+// K-quants and the legacy types' batched products (*vnni_amd64.s), the Q8_0 quantisation of activations, and the
 // Pool of worker goroutines that splits a MatMul's rows. What it must never
 // do: let a result depend on anything but the inputs it is computing, or
 // read and write files, the network or the clock.
 //
 // MatMul reuses every weight block it loads for several tokens at a time
-// (four rows by eight tokens for batched Q8_0, Q4_1, Q5_0, Q5_1 and the
-// K-quants, four rows by four tokens for Q4_0, two rows by three tokens
-// for the float types), so prefill and batched decode are bound by
+// (four rows by eight tokens for batched Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+// and the K-quants, or sixteen with VNNI, two rows by three tokens for
+// the float types), so prefill and batched decode are bound by
 // arithmetic while single-token decode is bound by how fast the weights
 // stream from memory. For one to three tokens of Q8_0, and one to seven
 // but four of F32, F16 and BF16, the products read each thread's rows as

@@ -2,7 +2,8 @@
 // (gemm_kquant_amd64.s, gemm_q5k_amd64.s) and the VNNI ones for eight and
 // sixteen tokens (gemm_kquant_vnni_amd64.s, gemm_q4k16_vnni_amd64.s,
 // gemm_q5k16_vnni_amd64.s, gemm_q6k16_vnni_amd64.s); the legacy ones
-// (gemm_legacy_amd64.s); and the VNNI Q8_0 ones (gemm_q8vnni_amd64.s,
+// (gemm_legacy_amd64.s, gemm_legacy_vnni_amd64.s, through
+// gemm_legacy_amd64.h); and the VNNI Q8_0 ones (gemm_q8vnni_amd64.s,
 // for GK_ROWS and GK_STORE).
 
 // GQ_FIRST and GQ_NEXT add group G's pair sums of the four rows to Y0-Y3

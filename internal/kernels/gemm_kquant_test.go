@@ -41,6 +41,29 @@ func gemmLegacyMatchesGo(t *testing.T) {
 	kqSweep(t, rand.New(rand.NewPCG(67, 68)), gemmLegacyTypes, []int{32, 96, 224, 768}, 5, 20)
 }
 
+// Every type that hasGemm says is batched (so MatMul interleaves its
+// activations) has an eight-token kernel that matRowsSIMD sends its
+// batches to, and no other type has one: the bits would be the same
+// either way, so only this catches a batched kernel left unused.
+func TestGemmKernelsSelected(t *testing.T) {
+	types := append([]tensor.DType{tensor.F32, tensor.F16, tensor.BF16, tensor.Q8_0}, gemmTypes...)
+	for _, typ := range types {
+		_, _, _, g8, ok := quantKernels(typ)
+		switch {
+		case typ == tensor.Q8_0:
+			if !ok || g8 != nil || !hasGemm(typ) {
+				t.Errorf("Q8_0: kernels %v, eight-token kernel %v, hasGemm %v; want its own batched path (gemmQ8Rows)", ok, g8 != nil, hasGemm(typ))
+			}
+		case typ == tensor.F32 || typ == tensor.F16 || typ == tensor.BF16:
+			if ok || hasGemm(typ) {
+				t.Errorf("%s: quantised kernels %v, hasGemm %v; want neither", typ, ok, hasGemm(typ))
+			}
+		case !ok || g8 == nil || !hasGemm(typ):
+			t.Errorf("%s: kernels %v, eight-token kernel %v, hasGemm %v; want all three", typ, ok, g8 != nil, hasGemm(typ))
+		}
+	}
+}
+
 // Several tiles of tileBytes, on the whole matrix and on a sub-range of
 // rows as a pool thread gets it, so that the kernel's row groups, partial
 // last four and prefetch run across tiles.
@@ -55,8 +78,8 @@ func gemmKQuantTiles(t *testing.T) {
 		}
 	}
 	// Q4_K, Q5_K and Q6_K take pairs of groups as sixteen tokens where
-	// the CPU has VNNI: a pair then a group, and two pairs then tokens
-	// left over.
+	// the CPU has VNNI (as the legacy types do, below): a pair then a
+	// group, and two pairs then tokens left over.
 	for _, typ := range []tensor.DType{tensor.Q4_K, tensor.Q5_K, tensor.Q6_K} {
 		kqTiles(t, rng, kqWeights(rng, typ, 301, 1024), []int{21, 29, 35})
 	}

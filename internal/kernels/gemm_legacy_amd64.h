@@ -12,15 +12,17 @@
 // Per block the four rows' quants are unpacked as simd_legacy_amd64.h
 // does (unsigned: 0..15, or 0..31 for both five-bit types) into a 128-byte
 // record at 0(SP), row r's element e at 32r+e, and their scales as
-// float32 at 128(SP) (d of rows 0..3, then m). GQ_FIRST and GQ_NEXT then
+// float32 at 128(SP) (d of rows 0..3, then m; for Q4_0 and Q5_0, which
+// have none, whatever the block's next bytes make, never read). GQ_FIRST and GQ_NEXT then
 // broadcast a group's four quant bytes from the record against X_g.
 //
-// Pair sums q·x are at most 2·15·128 = 3840 for Q4_1, so the eight groups
-// add in int16; with five-bit quants (7936) four do, and the two halves
-// meet in int32 (the first spilled to 160(SP)). A = Σq·x is then exact.
-// Q4_1 and Q5_1: B = Σx is the interleaved 8·Σx shifted right by 3
-// (exact), acc = fma(d·dx, A, acc), then acc = fma(m·dx, B, acc). Q5_0:
-// S = A − 16·Σx in int32 (exact), acc = fma(d·dx, S, acc).
+// Pair sums q·x are at most 2·15·128 = 3840 for Q4_0 and Q4_1, so the
+// eight groups add in int16; with five-bit quants (7936) four do, and the
+// two halves meet in int32 (the first spilled to 160(SP)). A = Σq·x is
+// then exact. Q4_1 and Q5_1: B = Σx is the interleaved 8·Σx shifted right
+// by 3 (exact), acc = fma(d·dx, A, acc), then acc = fma(m·dx, B, acc).
+// Q5_0: S = A − 16·Σx in int32 (exact), acc = fma(d·dx, S, acc); Q4_0 the
+// same with S = A − 8·Σx, the interleaved term as it is.
 //
 // Registers: Y0-Y3 the rows' sums, Y4-Y7 their accumulators, Y8 int16
 // ones, Y9 X_g (then the tokens' dx), Y10-Y13 the broadcast quants, Y14

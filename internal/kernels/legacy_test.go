@@ -9,8 +9,9 @@ import (
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
 )
 
-// legacyTypes are the 32-element types besides Q8_0: Q4_0 and the ones
-// named legacy here (legacy.go), which share its block layout and tests.
+// legacyTypes are the 32-element types besides Q8_0: Q4_0 (whose Go
+// reference is dotQuantGo) and the ones legacy.go names (dotLegacyGo),
+// which share its block layout and these tests.
 var legacyTypes = []tensor.DType{tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1}
 
 // lgWeights returns rows×cols of Q4_0, Q4_1, Q5_0 or Q5_1 bytes written
@@ -52,7 +53,7 @@ func lgWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
 // Every row count 1..9 (whole and partial groups of four), every token
 // count 1..9 (the four-, two- and one-token kernels and their mixtures),
 // one, three and sixteen blocks per row, on extreme weights and
-// activations: the assembly gives dotLegacyGo's bits.
+// activations: the assembly gives the Go reference's bits.
 func TestLegacySIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(51, 52))

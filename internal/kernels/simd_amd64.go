@@ -157,30 +157,13 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		p1, p3, p4, s1, s1n = matF16x1, matF16x3, matF16x4, matF16x1s, matF16x1sn
 	case tensor.BF16:
 		p1, p3, p4, s1, s1n = matBF16x1, matBF16x3, matBF16x4, matBF16x1s, matBF16x1sn
-	case tensor.Q8_0:
-		q1, q2, q4 = matQ8x1, matQ8x2, matQ8x4
-	case tensor.Q4_0:
-		q1, q2, q4, g8 = matQ4x1, matQ4x2, matQ4x4, gemmQ40x8
-	case tensor.Q4_1:
-		q1, q2, q4, g8 = matQ41x1, matQ41x2, matQ41x4, gemmQ41x8
-	case tensor.Q5_0:
-		q1, q2, q4, g8 = matQ50x1, matQ50x2, matQ50x4, gemmQ50x8
-	case tensor.Q5_1:
-		q1, q2, q4, g8 = matQ51x1, matQ51x2, matQ51x4, gemmQ51x8
-	case tensor.Q4_K:
-		q1, q2, q4, g8 = matQ4Kx1, matQ4Kx2, matQ4Kx4, gemmQ4Kx8
-	case tensor.Q5_K:
-		q1, q2, q4, g8 = matQ5Kx1, matQ5Kx2, matQ5Kx4, gemmQ5Kx8
-	case tensor.Q6_K:
-		q1, q2, q4, g8 = matQ6Kx1, matQ6Kx2, matQ6Kx4, gemmQ6Kx8
-	case tensor.Q3_K:
-		q1, q2, q4, g8 = matQ3Kx1, matQ3Kx2, matQ3Kx4, gemmQ3Kx8
-	case tensor.Q2_K:
-		q1, q2, q4, g8 = matQ2Kx1, matQ2Kx2, matQ2Kx4, gemmQ2Kx8
 	default:
-		// No assembly kernel: the Go one is the only path.
-		matRowsGo(w, r0, r1, x, xq, n, out, ostride)
-		return
+		var ok bool
+		if q1, q2, q4, g8, ok = quantKernels(w.Type); !ok {
+			// No assembly kernel: the Go one is the only path.
+			matRowsGo(w, r0, r1, x, xq, n, out, ostride)
+			return
+		}
 	}
 	var g16 gemmX16 // a sixteen-token kernel, where there is one
 	if vnniOn() {
@@ -245,6 +228,36 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 		}
 		quantTile(q1, q2, q4, wp, rb, t1-rest, xq, nb, 0, n, out[rest:], ostride)
 	}
+}
+
+// quantKernels returns the AVX2 kernels of quantised weights of type t:
+// the four-row ones for one, two and four tokens, and the eight-token one
+// where there is one (not Q8_0's: gemmQ8Rows takes its batched products).
+// ok is false for a type without assembly kernels.
+func quantKernels(t tensor.DType) (q1 quantX1, q2, q4 quantX4, g8 gemmX8, ok bool) {
+	switch t {
+	case tensor.Q8_0:
+		return matQ8x1, matQ8x2, matQ8x4, nil, true
+	case tensor.Q4_0:
+		return matQ4x1, matQ4x2, matQ4x4, gemmQ40x8, true
+	case tensor.Q4_1:
+		return matQ41x1, matQ41x2, matQ41x4, gemmQ41x8, true
+	case tensor.Q5_0:
+		return matQ50x1, matQ50x2, matQ50x4, gemmQ50x8, true
+	case tensor.Q5_1:
+		return matQ51x1, matQ51x2, matQ51x4, gemmQ51x8, true
+	case tensor.Q4_K:
+		return matQ4Kx1, matQ4Kx2, matQ4Kx4, gemmQ4Kx8, true
+	case tensor.Q5_K:
+		return matQ5Kx1, matQ5Kx2, matQ5Kx4, gemmQ5Kx8, true
+	case tensor.Q6_K:
+		return matQ6Kx1, matQ6Kx2, matQ6Kx4, gemmQ6Kx8, true
+	case tensor.Q3_K:
+		return matQ3Kx1, matQ3Kx2, matQ3Kx4, gemmQ3Kx8, true
+	case tensor.Q2_K:
+		return matQ2Kx1, matQ2Kx2, matQ2Kx4, gemmQ2Kx8, true
+	}
+	return nil, nil, nil, nil, false
 }
 
 // plainTile runs the kernels of a plain type (p1, p3 and p4: one, three

@@ -1,4 +1,5 @@
-// Shared by simd_q41_amd64.s and simd_q5_amd64.s: AVX2 kernels for Q4_1,
+// Shared by simd_q41_amd64.s and simd_q5_amd64.s (and the batched
+// kernels, gemm_legacy_amd64.h): AVX2 kernels for Q4_1,
 // Q5_0 and Q5_1 weights against Q8_0-quantised activations (36-byte
 // blocks: a float32 scale, 32 int8 values). They reproduce dotLegacyGo bit
 // for bit (order.go): integer sums are exact in any order, and per block
@@ -149,7 +150,9 @@ GLOBL lgDMShuf<>(SB), RODATA|NOPTR, $16
 	LG_Q51(QS(DX)(R15*1), QH(DX)(R15*1), Y3, X3)
 
 // LG_SCALESM loads d of the four rows into the low lane of Y9 and m into
-// the high lane, as float32 (Q4_1, Q5_1).
+// the high lane, as float32 (Q4_1, Q5_1; the batched kernels also take d
+// of Q4_0 and Q5_0 this way, whose high lane then holds junk they never
+// read).
 #define LG_SCALESM \
 	VMOVD (DX), X9; \
 	VPINSRD $1, (DX)(R12*1), X9, X9; \

@@ -18,8 +18,11 @@ var hasVNNI = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 
 // useVNNI selects the VNNI kernels where the CPU has them: every
 // product of Q8_0, Q4_K and Q6_K weights, Q5_K's of one to four and of
-// sixteen tokens, and the one- to four-token products of Q3_K and Q2_K
-// (their batched products stay on the AVX2 kernels). They give the same bits as the AVX2 ones (the integer sums are
+// sixteen tokens, the one- to four-token products of Q3_K and Q2_K
+// (their batched products stay on the AVX2 kernels), and the batched
+// products of Q4_0, Q4_1, Q5_0 and Q5_1: sixteen tokens for all four,
+// eight for Q5_0 and Q5_1 (their one- to four-token products stay on
+// AVX2). They give the same bits as the AVX2 ones (the integer sums are
 // exact either way and the float steps are the same), so the choice is
 // one of speed only; tests and benchmarks clear it to compare the two.
 var useVNNI = hasVNNI
