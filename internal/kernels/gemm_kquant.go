@@ -54,8 +54,9 @@ type gemmX16 func(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, n
 // there is one (the second group holding at least gemmMinTokens), groups
 // of eight (the last one partial if it holds at least gemmMinTokens) g8,
 // and the tokens left over the four-row kernels q1, q2, q4. xi is as for
-// gemmQ8Rows; nil has it built here.
-func gemmKRows(g16 gemmX16, g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int) {
+// gemmQ8Rows; nil has it built here. st is the calling thread's scratch
+// for g16's stores (x16Stores), or nil.
+func gemmKRows(g16 gemmX16, g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, st *x16Stores) {
 	nb := w.Cols / 32
 	if xi == nil {
 		xi = interleaveGroups(nil, xq, n, nb)
@@ -67,7 +68,10 @@ func gemmKRows(g16 gemmX16, g8 gemmX8, q1 quantX1, q2, q4 quantX4, w *Matrix, r0
 		group := func(g int) unsafe.Pointer { return unsafe.Pointer(&xi[g*nb*xiBlock]) }
 		i, g := 0, 0
 		for ; g16 != nil && n-i >= 8+gemmMinTokens; i, g = i+16, g+2 {
-			g16(wp, rb, rows, group(g), group(g+1), nb, &out[i*ostride+t0], ostride*4, min(16, n-i))
+			xa, xb, nt := group(g), group(g+1), min(16, n-i)
+			st.run(rows, nt, out[i*ostride+t0:], ostride, func(s0, sr int, o *float32, os int) {
+				g16(unsafe.Add(wp, s0*rb), rb, sr, xa, xb, nb, o, os*4, nt)
+			})
 		}
 		for ; n-i >= gemmMinTokens; i, g = i+8, g+1 {
 			g8(wp, rb, rows, group(g), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))

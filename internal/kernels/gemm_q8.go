@@ -45,13 +45,13 @@ func gemmQ8x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, o
 // q1, q2 and q4. With VNNI, gemmQ8RowsVNNI does it instead, pairs of
 // groups as sixteen tokens. xi holds the groups' interleaved
 // activations (interleaveGroups); nil has them interleaved here.
-func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4) {
+func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4, st *x16Stores) {
 	nb := w.Cols / 32
 	if xi == nil {
 		xi = interleaveGroups(nil, xq, n, nb)
 	}
 	if vnniOn() {
-		gemmQ8RowsVNNI(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+		gemmQ8RowsVNNI(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4, st)
 		return
 	}
 	rb := nb * 34

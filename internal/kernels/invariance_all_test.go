@@ -11,8 +11,8 @@ import (
 // selects, gives each token exactly what the canonical Go kernel gives
 // that token alone: across row counts around the kernels' blockings (four
 // rows, sixteen-row chunks), token counts around their groupings (one to
-// four, partial and whole groups of eight) and widths around the
-// batched kernel's limit.
+// four, partial and whole groups of eight), widths around the batched
+// kernel's limit and output strides that alias in L1.
 func TestEveryTypeMatchesGoAlone(t *testing.T) { eachQ8Path(t, everyTypeMatchesGoAlone) }
 
 func everyTypeMatchesGoAlone(t *testing.T) {
@@ -24,6 +24,9 @@ func everyTypeMatchesGoAlone(t *testing.T) {
 		for _, sh := range []struct{ rows, cols, n int }{
 			{1, 256, 1}, {3, 256, 5}, {5, 512, 13}, {17, 256, 8}, {33, 256, 12}, {70, 256, 4},
 			{130, 512, 9}, {257, 256, 3}, {600, 256, 16}, {40, 4352, 6}, {300, 256, 2}, {7, 256, 21},
+			// Token rows a multiple of 2 KiB apart: the sixteen-token
+			// kernels store through the thread's scratch (x16Stores).
+			{512, 256, 16}, {1024, 256, 29},
 		} {
 			var w *Matrix
 			switch typ {

@@ -207,7 +207,7 @@ func TestPoolReuse(t *testing.T) {
 		got := make([]float32, n*rows)
 		p.MatMul(got, w, x, n)
 		want := make([]float32, n*rows)
-		matRows(w, 0, rows, x, quantizeAll(w, x, n), nil, n, want, rows)
+		matRows(w, 0, rows, x, quantizeAll(w, x, n), nil, n, want, rows, nil)
 		if j := firstBitDiff(got, want); j >= 0 {
 			t.Fatalf("call %d %s: element %d: pool %g, direct %g", k, typ, j, got[j], want[j])
 		}

@@ -158,7 +158,7 @@ func kqCompare(t *testing.T, w *Matrix, xq []byte, n int) {
 	for i := range got {
 		got[i] = float32(math.NaN()) // a value never written shows up
 	}
-	matRowsSIMD(w, 0, w.Rows, nil, xq, nil, n, got, w.Rows)
+	matRowsSIMD(w, 0, w.Rows, nil, xq, nil, n, got, w.Rows, nil)
 	matRowsGo(w, 0, w.Rows, nil, xq, n, want, w.Rows)
 	kqGuardIntact(t, got)
 	if j := firstBitDiff(got, want); j >= 0 {
@@ -246,7 +246,7 @@ func kqTiles(t *testing.T, rng *rand.Rand, w *Matrix, ns []int) {
 		kqCompare(t, w, xq, n)
 		got := kqGuarded(n * w.Rows)
 		want := make([]float32, n*w.Rows)
-		matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows)
+		matRowsSIMD(w, 37, 290, nil, xq, nil, n, got, w.Rows, nil)
 		matRowsGo(w, 37, 290, nil, xq, n, want, w.Rows)
 		kqGuardIntact(t, got)
 		if j := firstBitDiff(got, want); j >= 0 {

@@ -58,6 +58,7 @@ type worker struct {
 	_        cacheLine
 	sleeping atomic.Bool
 	wake     chan struct{} // buffered 1; a send matches one sleeping=true→false
+	th       int           // the thread's index (the caller's is 0): its Pool.stores
 	_        cacheLine
 }
 
@@ -125,7 +126,10 @@ type Pool struct {
 		cols int
 		fn   func(chunk, lo, hi int)
 	}
-	xi     []byte // the same, interleaved for the eight-token kernel
+	xi []byte // the same, interleaved for the eight-token kernel
+	// stores is each thread's scratch for the sixteen-token kernels'
+	// stores (x16Stores), indexed by thread, the caller's first.
+	stores []x16Stores
 	closed bool
 }
 
@@ -139,10 +143,10 @@ func NewPool(threads int) *Pool {
 	if procs := runtime.GOMAXPROCS(0); threads <= 0 || threads > procs {
 		threads = procs
 	}
-	p := &Pool{threads: threads, done: make(chan struct{}, 1)}
+	p := &Pool{threads: threads, done: make(chan struct{}, 1), stores: make([]x16Stores, threads)}
 	p.quant.fn = p.quantTokens
 	for k := 1; k < threads; k++ {
-		w := &worker{wake: make(chan struct{}, 1)}
+		w := &worker{wake: make(chan struct{}, 1), th: k}
 		p.workers = append(p.workers, w)
 		p.wg.Add(1)
 		go p.work(w)
@@ -195,7 +199,7 @@ func (p *Pool) work(w *worker) {
 		if p.closing.Load() {
 			return
 		}
-		if p.runChunks(false) {
+		if p.runChunks(w.th) {
 			p.wakeCaller()
 		}
 	}
@@ -209,9 +213,9 @@ func (p *Pool) wakeCaller() {
 }
 
 // runChunks claims and runs chunks of the current job until none are left
-// (caller says whether this is the caller's goroutine). It reports
+// (th is the thread's index, 0 for the caller's goroutine). It reports
 // whether it finished the job's last chunk.
-func (p *Pool) runChunks(caller bool) bool {
+func (p *Pool) runChunks(th int) bool {
 	last := false
 	for {
 		v := p.claims.Add(1)
@@ -219,7 +223,7 @@ func (p *Pool) runChunks(caller bool) bool {
 		if c >= total {
 			return last
 		}
-		if ok, l := p.runChunk(int(c), total, caller); !ok {
+		if ok, l := p.runChunk(int(c), total, th); !ok {
 			return l
 		}
 		last = p.finished.Add(1) == total
@@ -290,10 +294,11 @@ const maxChunkBytes = 256 << 10
 
 const chunksPerThread = 4
 
-// matRows dispatches to the SIMD or the pure-Go kernels.
-func matRows(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
+// matRows dispatches to the SIMD or the pure-Go kernels; st is the
+// calling thread's scratch for the batched kernels' stores, or nil.
+func matRows(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int, st *x16Stores) {
 	if useSIMD {
-		matRowsSIMD(w, r0, r1, x, xq, xi, n, out, ostride)
+		matRowsSIMD(w, r0, r1, x, xq, xi, n, out, ostride, st)
 		return
 	}
 	matRowsGo(w, r0, r1, x, xq, n, out, ostride)
@@ -405,7 +410,7 @@ func (p *Pool) matMuls(x []float32, n, np int) {
 	}
 	if p.threads == 1 || work < minParallelWork {
 		for _, pr := range ps {
-			matRows(pr.W, 0, pr.W.Rows, x, xq, xi, n, pr.Out, pr.W.Rows)
+			matRows(pr.W, 0, pr.W.Rows, x, xq, xi, n, pr.Out, pr.W.Rows, &p.stores[0])
 		}
 		return
 	}

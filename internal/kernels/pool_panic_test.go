@@ -95,7 +95,7 @@ func checkPoolWorks(t *testing.T, p *Pool) {
 	x := randFloats(rng, 9*256)
 	got, want := make([]float32, 9*512), make([]float32, 9*512)
 	p.MatMul(got, w, x, 9)
-	matRows(w, 0, w.Rows, x, quantizeAll(w, x, 9), nil, 9, want, w.Rows)
+	matRows(w, 0, w.Rows, x, quantizeAll(w, x, 9), nil, 9, want, w.Rows, nil)
 	if i := firstBitDiff(got, want); i >= 0 {
 		t.Fatalf("after a panic: MatMul value %d = %v, want %v", i, got[i], want[i])
 	}

@@ -17,7 +17,8 @@ import (
 // finished the job), else the other threads would count theirs against
 // the caller's next job. A worker recovers and keeps the panic for run to
 // raise; the caller's goes on once the other threads are out of the job.
-func (p *Pool) runChunk(c int, total uint32, caller bool) (ok, last bool) {
+func (p *Pool) runChunk(c int, total uint32, th int) (ok, last bool) {
+	caller := th == 0
 	defer func() {
 		if ok {
 			return
@@ -53,7 +54,7 @@ func (p *Pool) runChunk(c int, total uint32, caller bool) (ok, last bool) {
 	}
 	w := j.ps[k].W
 	r0 := (c - j.first[k]) * j.rows[k]
-	matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.xi, j.n, j.ps[k].Out, w.Rows)
+	matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.xi, j.n, j.ps[k].Out, w.Rows, &p.stores[th])
 	return true, false
 }
 
@@ -77,7 +78,7 @@ func (p *Pool) cancel() uint32 {
 // worker's panic if one had any.
 func (p *Pool) run(total int) {
 	p.publish(total)
-	if !p.runChunks(true) {
+	if !p.runChunks(0) {
 		p.waitDone(total)
 	}
 	if e := p.panicked.Swap(nil); e != nil {

@@ -136,7 +136,7 @@ type quantX4 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstri
 const tileBytes = 128 << 10
 
 // matRowsSIMD is matRowsGo on the assembly kernels.
-func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
+func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int, st *x16Stores) {
 	rb, _ := w.Type.RowBytes(w.Cols)
 	cols := w.Cols
 	// Tiles of a multiple of four rows: the quantised kernels take rows
@@ -174,10 +174,10 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	if useGemm && n >= gemmMinTokens && nb <= gemmMaxBlocks {
 		switch {
 		case w.Type == tensor.Q8_0:
-			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+			gemmQ8Rows(w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4, st)
 			return
 		case g8 != nil:
-			gemmKRows(g16, g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride)
+			gemmKRows(g16, g8, q1, q2, q4, w, r0, r1, tile, xq, xi, n, out, ostride, st)
 			return
 		}
 	}

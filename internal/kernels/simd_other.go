@@ -17,7 +17,7 @@ func vnniOn() bool { return false }
 
 func features() string { return "generic" }
 
-func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int) {
+func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int, _ *x16Stores) {
 	panic("kernels: no SIMD kernels on this architecture")
 }
 

@@ -43,7 +43,7 @@ func stridedMatchesGo(t *testing.T) {
 						got[i] = float32(math.NaN())
 						want[i] = float32(math.NaN())
 					}
-					matRowsSIMD(w, r0, r1, x, xq, nil, n, got, w.Rows)
+					matRowsSIMD(w, r0, r1, x, xq, nil, n, got, w.Rows, nil)
 					matRowsGo(w, r0, r1, x, xq, n, want, w.Rows)
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
@@ -81,7 +81,7 @@ func TestStridedNaNPayload(t *testing.T) {
 		x[0] = math.Float32frombits(0x7fc00002)
 		got := make([]float32, rows)
 		want := make([]float32, rows)
-		matRowsSIMD(w, 0, rows, x, nil, nil, 1, got, rows)
+		matRowsSIMD(w, 0, rows, x, nil, nil, 1, got, rows, nil)
 		matRowsGo(w, 0, rows, x, nil, 1, want, rows)
 		for r := range got {
 			if math.Float32bits(got[r]) != math.Float32bits(want[r]) {

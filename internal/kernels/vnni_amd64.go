@@ -62,23 +62,24 @@ const q8SumsCap = 2 * (tileBytes/34 + 4*gemmMaxBlocks)
 // eight tokens through the sixteen-token kernel, a group left over
 // through the eight-token one, and the tokens left after that through
 // q1, q2 and q4.
-func gemmQ8RowsVNNI(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4) {
+func gemmQ8RowsVNNI(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4, st *x16Stores) {
 	if n < 8+gemmMinTokens {
 		// No pair: no sums to make (nor a buffer to clear).
-		vnniTiles(nil, w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+		vnniTiles(nil, w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4, nil)
 		return
 	}
 	var sums [q8SumsCap]int32
 	if (tile+3)/4*8*(w.Cols/32) > len(sums) {
 		panic("kernels: a Q8_0 tile's block sums outgrow their buffer")
 	}
-	vnniTiles(sums[:], w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4)
+	vnniTiles(sums[:], w, r0, r1, tile, xq, xi, n, out, ostride, q1, q2, q4, st)
 }
 
 // vnniTiles is gemmQ8RowsVNNI's loop over tiles: per tile, with pairs of
 // groups to multiply, the blocks' sums and scales once (q8NegSums, into
-// sums), then the kernels.
-func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4) {
+// sums), then the kernels, the sixteen-token one's stores through st
+// (x16Stores).
+func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4, st *x16Stores) {
 	nb := w.Cols / 32
 	rb := nb * 34
 	group := func(g int) unsafe.Pointer { return unsafe.Pointer(&xi[g*nb*xiBlock]) }
@@ -90,7 +91,10 @@ func vnniTiles(sums []int32, w *Matrix, r0, r1, tile int, xq, xi []byte, n int, 
 			q8NegSums(wp, rb, rows, nb, &sums[0])
 		}
 		for ; n-i >= 8+gemmMinTokens; i, g = i+16, g+2 {
-			gemmQ8x16VNNI(wp, rb, rows, group(g), group(g+1), nb, &out[i*ostride+t0], ostride*4, min(16, n-i), &sums[0])
+			xa, xb, nt := group(g), group(g+1), min(16, n-i)
+			st.run(rows, nt, out[i*ostride+t0:], ostride, func(s0, sr int, o *float32, os int) {
+				gemmQ8x16VNNI(unsafe.Add(wp, s0*rb), rb, sr, xa, xb, nb, o, os*4, nt, &sums[s0/4*nb*8])
+			})
 		}
 		for ; n-i >= gemmMinTokens; i, g = i+8, g+1 {
 			gemmQ8x8VNNI(wp, rb, rows, group(g), nb, &out[i*ostride+t0], ostride*4, min(8, n-i))
