@@ -64,6 +64,41 @@ func TestGemmKernelsSelected(t *testing.T) {
 	}
 }
 
+// The sixteen-token kernels' stores through a thread's scratch
+// (x16Stores) over several blocks of x16ScratchRows: 2048 rows, so tiles
+// of more than one block (Q8_0 and Q4_0 at 256 columns hold 481 and 910
+// rows), row ranges as pool threads get them, with partial blocks and a
+// partial last four, and 29 tokens (a pair, then a group, then the
+// four-row kernels). Only the VNNI path has sixteen-token kernels.
+func TestX16StoresBlocks(t *testing.T) { eachQ8Path(t, x16StoresBlocks) }
+
+func x16StoresBlocks(t *testing.T) {
+	needSIMD(t)
+	rng := rand.New(rand.NewPCG(69, 70))
+	var st x16Stores
+	types := []tensor.DType{tensor.Q8_0, tensor.Q4_0, tensor.Q4_1, tensor.Q5_0, tensor.Q5_1, tensor.Q4_K, tensor.Q5_K, tensor.Q6_K}
+	for _, typ := range types {
+		const rows, cols, n = 2048, 256, 29
+		var w *Matrix
+		if typ == tensor.Q8_0 {
+			w, _ = randMatrix(t, rng, typ, rows, cols)
+		} else {
+			w = kqWeights(rng, typ, rows, cols)
+		}
+		xq := kqActivations(rng, n, cols/32)
+		for _, r := range [][2]int{{0, rows}, {3, 1021}, {5, 262}, {1, 2}, {256, 1024}} {
+			got := kqGuarded(n * rows)
+			want := make([]float32, n*rows)
+			matRowsSIMD(w, r[0], r[1], nil, xq, nil, n, got, rows, &st)
+			matRowsGo(w, r[0], r[1], nil, xq, n, want, rows)
+			kqGuardIntact(t, got)
+			if j := firstBitDiff(got, want); j >= 0 {
+				t.Fatalf("%s rows [%d, %d): token %d row %d is %v, the Go kernel gives %v", typ, r[0], r[1], j/rows, j%rows, got[j], want[j])
+			}
+		}
+	}
+}
+
 // Several tiles of tileBytes, on the whole matrix and on a sub-range of
 // rows as a pool thread gets it, so that the kernel's row groups, partial
 // last four and prefetch run across tiles.

@@ -43,8 +43,9 @@ func gemmQ8x8(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb int, o
 // tokens left over, or every token of a tile holding a weight of -128
 // (which the AVX2 kernel's sign trick cannot take), the four-row kernels
 // q1, q2 and q4. With VNNI, gemmQ8RowsVNNI does it instead, pairs of
-// groups as sixteen tokens. xi holds the groups' interleaved
-// activations (interleaveGroups); nil has them interleaved here.
+// groups as sixteen tokens, through st (x16Stores; unused on AVX2). xi
+// holds the groups' interleaved activations (interleaveGroups); nil has
+// them interleaved here.
 func gemmQ8Rows(w *Matrix, r0, r1, tile int, xq, xi []byte, n int, out []float32, ostride int, q1 quantX1, q2, q4 quantX4, st *x16Stores) {
 	nb := w.Cols / 32
 	if xi == nil {

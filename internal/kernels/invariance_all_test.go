@@ -24,8 +24,10 @@ func everyTypeMatchesGoAlone(t *testing.T) {
 		for _, sh := range []struct{ rows, cols, n int }{
 			{1, 256, 1}, {3, 256, 5}, {5, 512, 13}, {17, 256, 8}, {33, 256, 12}, {70, 256, 4},
 			{130, 512, 9}, {257, 256, 3}, {600, 256, 16}, {40, 4352, 6}, {300, 256, 2}, {7, 256, 21},
-			// Token rows a multiple of 2 KiB apart: the sixteen-token
-			// kernels store through the thread's scratch (x16Stores).
+			// Token rows a multiple of 2 KiB apart: on VNNI the
+			// sixteen-token kernels store through the thread's scratch
+			// (x16Stores; TestX16StoresBlocks takes it over several
+			// blocks).
 			{512, 256, 16}, {1024, 256, 29},
 		} {
 			var w *Matrix

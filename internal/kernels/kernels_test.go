@@ -385,20 +385,29 @@ func TestQuantizeSIMDMatchesGo(t *testing.T) {
 
 // MatMul allocates nothing once its scratch has grown, on any path and
 // for any token count (the quantised kernels have one-token, four-token
-// and partial-four-row paths).
+// and partial-four-row paths, the batched ones eight and sixteen tokens,
+// and with 512 rows the sixteen-token kernels' stores go through the
+// threads' scratch).
 func TestMatMulAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	p := NewPool(2)
 	defer p.Close()
 	for _, typ := range allTypes {
-		w, _ := randMatrix(t, rng, typ, 130, 256)
-		x := randFloats(rng, 9*256)
-		out := make([]float32, 9*130)
-		p.MatMul(out, w, x, 9)
-		for _, n := range []int{1, 4, 9} {
-			if a := testing.AllocsPerRun(20, func() { p.MatMul(out, w, x, n) }); a != 0 {
-				t.Errorf("%s n=%d: %v allocations per MatMul", typ, n, a)
-			}
+		for _, rows := range []int{130, 512} {
+			matMulAllocs(t, rng, p, typ, rows)
+		}
+	}
+}
+
+// matMulAllocs checks MatMul of a rows×256 matrix of typ on p.
+func matMulAllocs(t *testing.T, rng *rand.Rand, p *Pool, typ tensor.DType, rows int) {
+	w, _ := randMatrix(t, rng, typ, rows, 256)
+	x := randFloats(rng, 32*256)
+	out := make([]float32, 32*rows)
+	p.MatMul(out, w, x, 32)
+	for _, n := range []int{1, 4, 9, 32} {
+		if a := testing.AllocsPerRun(20, func() { p.MatMul(out, w, x, n) }); a != 0 {
+			t.Errorf("%s %d rows n=%d: %v allocations per MatMul", typ, rows, n, a)
 		}
 	}
 }

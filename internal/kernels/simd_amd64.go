@@ -135,7 +135,9 @@ type quantX4 func(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstri
 // tokens streams over it.
 const tileBytes = 128 << 10
 
-// matRowsSIMD is matRowsGo on the assembly kernels.
+// matRowsSIMD is matRowsGo on the assembly kernels; st, if not nil, is
+// the calling thread's scratch for the sixteen-token kernels' stores
+// (x16Stores).
 func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out []float32, ostride int, st *x16Stores) {
 	rb, _ := w.Type.RowBytes(w.Cols)
 	cols := w.Cols

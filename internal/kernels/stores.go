@@ -3,13 +3,13 @@ package kernels
 // x16Stores routes a sixteen-token kernel's results through a scratch
 // buffer when out's token rows are a multiple of 2 KiB apart (ostride a
 // multiple of 512 floats: 2048-row products, common in models). The
-// kernels store each group of four rows for every token, sixteen
-// strided stores that then land on one or two sets of a 32 KiB 8-way L1
-// and evict each other before the next group of rows fills the rest of
-// their lines. Measured (one thread, 160x768 Q8_0, gemmQ8x16VNNI): 335
+// kernels store each group of four rows for every token: 64 stores over
+// sixteen lines a stride apart, which then land on one or two sets of a
+// 32 KiB 8-way L1 and evict each other before the next group of rows
+// fills the rest of them. Measured (one thread, 160x768 Q8_0, gemmQ8x16VNNI): 335
 // GFLOP/s at strides of 768, 2064 or 32000 floats, 230-250 at 2048. The
 // scratch's stride spreads the lines over the sets, and each token's
-// rows then go out in one copy. Only where the stores would be written
+// rows then go out in one copy per block of x16ScratchRows. Only where the stores would be written
 // changes, so the bits cannot.
 //
 // Each thread of a Pool has one (Pool.stores), passed down through
@@ -31,6 +31,11 @@ const (
 	x16ScratchRows   = 256
 	x16ScratchStride = x16ScratchRows + 16
 )
+
+// A block must start on a group of four rows: vnniTiles finds the block's
+// entries of q8NegSums's table, which is in groups of four, at s0/4. This
+// fails to compile otherwise.
+const _ uint = -(x16ScratchRows % 4)
 
 // run calls k(s0, sr, o, os) to compute rows [s0, s0+sr) of rows rows
 // for nt tokens, token t's row s0+j at o[t*os+j]: once over all rows
