@@ -351,6 +351,31 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 // G16_NOCONST is QENTRY's CONST here: the kernel needs no constants.
 #define G16_NOCONST
 
+// G16_OPEN starts a group of four rows of a sixteen-token kernel: the
+// rows (QROWS, group A's activations in R8), group B's in R11, the
+// accumulators Z4-Z7 cleared, DX at the rows' first block and CX the
+// blocks.
+#define G16_OPEN \
+	QROWS(xa); \
+	MOVQ xb+32(FP), R11; \
+	VPXORD Z4, Z4, Z4; \
+	VPXORD Z5, Z5, Z5; \
+	VPXORD Z6, Z6, Z6; \
+	VPXORD Z7, Z7, Z7; \
+	MOVQ SI, DX; \
+	MOVQ nb+40(FP), CX
+
+// G16_STORE spills a sixteen-token kernel's four rows (Z4-Z7) over the
+// frame's records from 96(SP) and writes the ntok real tokens of the (up
+// to four) real rows, then goes on to the next group of rows at GROUP or
+// to DONE (G8_WRITE, whose labels ROWS, ROW and TOK it takes).
+#define G16_STORE(GROUP, DONE, ROWS, ROW, TOK) \
+	VMOVUPS Z4, 96(SP); \
+	VMOVUPS Z5, 160(SP); \
+	VMOVUPS Z6, 224(SP); \
+	VMOVUPS Z7, 288(SP); \
+	G8_WRITE(GROUP, DONE, ROWS, ROW, TOK, 96, 64, ntok+64, ostride+56)
+
 // G16_KERNEL is the whole body of a sixteen-token VNNI kernel of Q4_K or
 // Q5_K (arguments as gemmQ4Kx16VNNI's): SUPER unpacks the four rows'
 // superblock at DX into the records and prefetches, SBYTES is the
@@ -361,14 +386,7 @@ GLOBL g5kx10<>(SB), RODATA|NOPTR, $32
 #define G16_KERNEL(SUPER, SBYTES) \
 	QENTRY(out+48, G16_NOCONST, done) \
 group: \
-	QROWS(xa); \
-	MOVQ xb+32(FP), R11; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	MOVQ SI, DX; \
-	MOVQ nb+40(FP), CX; \
+	G16_OPEN; \
 	SHRQ $3, CX; \
 	JZ store \
 super: \
@@ -419,11 +437,7 @@ block: \
 	DECQ CX; \
 	JNZ super \
 store: \
-	VMOVUPS Z4, 96(SP); \
-	VMOVUPS Z5, 160(SP); \
-	VMOVUPS Z6, 224(SP); \
-	VMOVUPS Z7, 288(SP); \
-	G8_WRITE(group, done, rows4, row, tok, 96, 64, ntok+64, ostride+56) \
+	G16_STORE(group, done, rows4, row, tok) \
 done: \
 	VZEROUPPER; \
 	RET

@@ -96,14 +96,7 @@
 #define GL16_KERNEL(WEIGHTS, FINISH, BB, PF) \
 	QENTRY(out+48, G16_NOCONST, done); \
 group: \
-	QROWS(xa); \
-	MOVQ xb+32(FP), R11; \
-	VPXORD Z4, Z4, Z4; \
-	VPXORD Z5, Z5, Z5; \
-	VPXORD Z6, Z6, Z6; \
-	VPXORD Z7, Z7, Z7; \
-	MOVQ SI, DX; \
-	MOVQ nb+40(FP), CX; \
+	G16_OPEN; \
 	LEAQ 0(SP), R9; \
 	TESTQ CX, CX; \
 	JZ store; \
@@ -124,11 +117,7 @@ block: \
 	DECQ CX; \
 	JNZ block; \
 store: \
-	VMOVUPS Z4, 96(SP); \
-	VMOVUPS Z5, 160(SP); \
-	VMOVUPS Z6, 224(SP); \
-	VMOVUPS Z7, 288(SP); \
-	G8_WRITE(group, done, rows4, row, tok, 96, 64, ntok+64, ostride+56); \
+	G16_STORE(group, done, rows4, row, tok); \
 done: \
 	VZEROUPPER; \
 	RET

@@ -72,14 +72,7 @@ TEXT ·gemmQ6Kx16VNNI(SB), 0, $1376-72
 	QENTRY(out+48, Q6V_CONST, q6vDone)
 
 q6vGroup:
-	QROWS(xa)
-	MOVQ xb+32(FP), R11
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	MOVQ SI, DX
-	MOVQ nb+40(FP), CX
+	G16_OPEN
 	SHRQ $3, CX
 	JZ q6vStore
 
@@ -135,11 +128,7 @@ q6vBlock:
 q6vStore:
 	// Spill the four rows' sixteen tokens over the records and write
 	// the ntok real tokens of the (up to four) real rows.
-	VMOVUPS Z4, 96(SP)
-	VMOVUPS Z5, 160(SP)
-	VMOVUPS Z6, 224(SP)
-	VMOVUPS Z7, 288(SP)
-	G8_WRITE(q6vGroup, q6vDone, q6vRows, q6vRow, q6vTok, 96, 64, ntok+64, ostride+56)
+	G16_STORE(q6vGroup, q6vDone, q6vRows, q6vRow, q6vTok)
 
 q6vDone:
 	VZEROUPPER
