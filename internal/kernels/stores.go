@@ -6,11 +6,12 @@ package kernels
 // kernels store each group of four rows for every token: 64 stores over
 // sixteen lines a stride apart, which then land on one or two sets of a
 // 32 KiB 8-way L1 and evict each other before the next group of rows
-// fills the rest of them. Measured (one thread, 160x768 Q8_0, gemmQ8x16VNNI): 335
-// GFLOP/s at strides of 768, 2064 or 32000 floats, 230-250 at 2048. The
-// scratch's stride spreads the lines over the sets, and each token's
-// rows then go out in one copy per block of x16ScratchRows. Only where the stores would be written
-// changes, so the bits cannot.
+// fills the rest of them. Measured (one thread, 160x768 Q8_0,
+// gemmQ8x16VNNI): 335 GFLOP/s at strides of 768, 2064 or 32000 floats,
+// 230-250 at 2048. The scratch's stride spreads the lines over the sets,
+// and each token's rows then go out in one copy per block of
+// x16ScratchRows. Only where the stores are written changes, so the bits
+// cannot.
 //
 // Each thread of a Pool has one (Pool.stores), passed down through
 // matRows: the scratch is 17 KiB, and a kernel called through a func
