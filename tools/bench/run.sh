@@ -30,7 +30,7 @@ start() {
 stop() { kill $pid; wait $pid 2>/dev/null || true; pid=; }
 
 # Models: random weights at the 110M shape (dim 768, hidden 2048, 12 layers, 12 heads).
-for t in f32 q8_0 q4_k q5_k q6_k q5_0; do
+for t in f32 q8_0 q4_k q5_k q6_k q5_0 q4_0; do
   [ -f "$out/r110m-$t.gguf" ] || "$bh" convert --random 110M --type "$t" --out "$out/r110m-$t.gguf"
 done
 
@@ -47,7 +47,7 @@ for k in avx2 auto avx2 auto; do
 done
 
 echo "== bench model, the other quantised types, 2 threads"
-for t in q5_k q6_k q5_0; do
+for t in q5_k q6_k q5_0 q4_0; do
   "$bh" bench model --model "$out/r110m-$t.gguf" --threads 2 --reps 3 --peer --json | tail -1 | tee -a "$out/model.jsonl"
 done
 
