@@ -54,7 +54,9 @@ func lgWeights(rng *rand.Rand, typ tensor.DType, rows, cols int) *Matrix {
 // count 1..9 (the four-, two- and one-token kernels and their mixtures),
 // one, three and sixteen blocks per row, on extreme weights and
 // activations: the assembly gives the Go reference's bits.
-func TestLegacySIMDMatchesGo(t *testing.T) {
+func TestLegacySIMDMatchesGo(t *testing.T) { eachQ8Path(t, legacySIMDMatchesGo) }
+
+func legacySIMDMatchesGo(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(51, 52))
 	kqSweep(t, rng, legacyTypes, []int{32, 96, 512}, 1, 9)
@@ -62,7 +64,9 @@ func TestLegacySIMDMatchesGo(t *testing.T) {
 
 // A matrix larger than one tile, on a sub-range of rows as a pool thread
 // gets it, so tiling and prefetch run over several groups.
-func TestLegacySIMDTiles(t *testing.T) {
+func TestLegacySIMDTiles(t *testing.T) { eachQ8Path(t, legacySIMDTiles) }
+
+func legacySIMDTiles(t *testing.T) {
 	needSIMD(t)
 	rng := rand.New(rand.NewPCG(53, 54))
 	for _, typ := range legacyTypes {

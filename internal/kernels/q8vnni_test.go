@@ -509,7 +509,7 @@ func TestVNNISelection(t *testing.T) {
 		v1     quantX1
 	}{
 		{tensor.Q3_K, gemmQ3Kx8, gemmQ3Kx8, nil, matQ3Kx1, matQ3Kx2, matQ3Kx4, matQ3Kx1VNNI},
-		{tensor.Q4_0, gemmQ40x8, gemmQ40x8, gemmQ40x16VNNI, matQ4x1, matQ4x2, matQ4x4, matQ4x1},
+		{tensor.Q4_0, gemmQ40x8, gemmQ40x8, gemmQ40x16VNNI, matQ4x1, matQ4x2, matQ4x4, matQ4x1VNNI},
 		{tensor.Q4_1, gemmQ41x8, gemmQ41x8, gemmQ41x16VNNI, matQ41x1, matQ41x2, matQ41x4, matQ41x1},
 		{tensor.Q5_0, gemmQ50x8, gemmQ50x8VNNI, gemmQ50x16VNNI, matQ50x1, matQ50x2, matQ50x4, matQ50x1},
 		{tensor.Q5_1, gemmQ51x8, gemmQ51x8VNNI, gemmQ51x16VNNI, matQ51x1, matQ51x2, matQ51x4, matQ51x1},

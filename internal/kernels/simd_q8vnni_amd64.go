@@ -36,3 +36,15 @@ func matQ8x1sVNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb in
 //
 //go:noescape
 func matQ8x2sVNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int, stride int)
+
+// matQ4x1VNNI, matQ4x2VNNI and matQ4x4VNNI are matQ4x1, matQ4x2 and
+// matQ4x4 on VNNI (simd_q4vnni_amd64.s): the same arguments and bits.
+//
+//go:noescape
+func matQ4x1VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+
+//go:noescape
+func matQ4x2VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+
+//go:noescape
+func matQ4x4VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)

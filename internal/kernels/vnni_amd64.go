@@ -19,10 +19,10 @@ var hasVNNI = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 // useVNNI selects the VNNI kernels where the CPU has them: every
 // product of Q8_0, Q4_K and Q6_K weights, Q5_K's of one to four and of
 // sixteen tokens, the one- to four-token products of Q3_K and Q2_K
-// (their batched products stay on the AVX2 kernels), and the batched
-// products of Q4_0, Q4_1, Q5_0 and Q5_1: sixteen tokens for all four,
-// eight for Q5_0 and Q5_1 (their one- to four-token products stay on
-// AVX2). They give the same bits as the AVX2 ones (the integer sums are
+// (their batched products stay on the AVX2 kernels), Q4_0's of one to
+// four and of sixteen tokens, and the batched products of Q4_1, Q5_0
+// and Q5_1: sixteen tokens for all three, eight for Q5_0 and Q5_1 (their
+// one- to four-token products stay on AVX2). They give the same bits as the AVX2 ones (the integer sums are
 // exact either way and the float steps are the same), so the choice is
 // one of speed only; tests and benchmarks clear it to compare the two.
 var useVNNI = hasVNNI
@@ -129,12 +129,14 @@ func vnniBatched(t tensor.DType, g8 gemmX8) (gemmX16, gemmX8) {
 }
 
 // vnniTwins returns the VNNI twins of the one-, two- and four-token
-// kernels q1, q2 and q4 of weights of type t where there are some (Q8_0
-// and the K-quants), else q1, q2 and q4.
+// kernels q1, q2 and q4 of weights of type t where there are some (Q8_0,
+// Q4_0 and the K-quants), else q1, q2 and q4.
 func vnniTwins(t tensor.DType, q1 quantX1, q2, q4 quantX4) (quantX1, quantX4, quantX4) {
 	switch t {
 	case tensor.Q8_0:
 		return matQ8x1VNNI, matQ8x2VNNI, matQ8x4VNNI
+	case tensor.Q4_0:
+		return matQ4x1VNNI, matQ4x2VNNI, matQ4x4VNNI
 	case tensor.Q4_K:
 		return matQ4Kx1VNNI, matQ4Kx2VNNI, matQ4Kx4VNNI
 	case tensor.Q5_K:

@@ -1,0 +1,143 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+#include "simd_amd64.h"
+#include "simd_q8vnni_amd64.h"
+
+// The one- to four-token Q4_0 kernels on AVX-512 VNNI: matQ4x1, matQ4x2
+// and matQ4x4 (simd_quant_amd64.s) with the quants left unsigned (0..15,
+// VPDPBUSD's unsigned operand, against the token's signed bytes) and the
+// offset of 8 taken off as the token's 8·Σx: VQ8_TOK with bytes of 8
+// where the Q8_0 twins have bytes of 0x80 starts every row's lanes from
+// -8·Σx, so the lane sums are those of (q-8)·x, which SUM4 and FINISH
+// reduce and scale as the AVX2 kernels do. The integer sums are exact
+// either way and the float steps are the same: the bits are matQ4x*'s.
+// The rows, the prefetches and the block steps are the AVX2 kernels'.
+
+// VQ4_CONST sets Y8 to bytes of 8 and Y18 to bytes of 0x0f, and clears
+// Y9 and Y17.
+#define VQ4_CONST \
+	MOVL $0x08080808, AX; \
+	VMOVD AX, X8; \
+	VPBROADCASTD X8, Y8; \
+	MOVL $0x0f0f0f0f, AX; \
+	VMOVD AX, X9; \
+	VPBROADCASTD X9, Y18; \
+	VXORPS Y9, Y9, Y9; \
+	VPXORD Y17, Y17, Y17
+
+// VQ4_NIBS unpacks the 16 bytes at M into W as quants 0..15, low nibbles
+// elements 0..15 and high nibbles 16..31 (UNPACK_Q4 without its -8). X11
+// is scratch.
+#define VQ4_NIBS(M, W, XW) \
+	VMOVDQU M, XW; \
+	VPSRLW $4, XW, X11; \
+	VINSERTI128 $1, X11, W, W; \
+	VPANDD Y18, W, W
+
+// VQ4_WEIGHTS unpacks the four rows' block at DX into Y0-Y3.
+#define VQ4_WEIGHTS \
+	VQ4_NIBS(2(DX), Y0, X0); \
+	VQ4_NIBS(2(DX)(R12*1), Y1, X1); \
+	VQ4_NIBS(2(DX)(R14*1), Y2, X2); \
+	VQ4_NIBS(2(DX)(R15*1), Y3, X3)
+
+// VQ4_NEXT prefetches the next four rows' share of the block (4·18
+// bytes) and moves DX on by a block.
+#define VQ4_NEXT \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	ADDQ $72, BX; \
+	ADDQ $18, DX
+
+// func matQ4x1VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
+TEXT ·matQ4x1VNNI(SB), NOSPLIT, $0-48
+	QENTRY(out+40, VQ4_CONST, done)
+
+group:
+	QGROUP1(QBLOCKS, reduce)
+
+	PCALIGN $32
+block:
+	VQ8_SCALES(AX, R9, R10)
+	VQ4_WEIGHTS
+	VQ8_TOK(R8, X4)
+	VQ4_NEXT
+	ADDQ $36, R8
+	DECQ CX
+	JNZ block
+
+reduce:
+	STORE1(group, partial, done)
+
+partial:
+	PARTIAL1(done)
+
+done:
+	VZEROUPPER
+	RET
+
+// func matQ4x2VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+TEXT ·matQ4x2VNNI(SB), NOSPLIT, $0-64
+	QENTRY(out+48, VQ4_CONST, done)
+
+group:
+	QGROUP2(QBLOCKS, reduce)
+
+	PCALIGN $32
+block:
+	VQ8_SCALES(AX, R10, R11)
+	VQ4_WEIGHTS
+	VQ8_TOK(R8, X4)
+	VQ8_TOK(R9, X5)
+	VQ4_NEXT
+	ADDQ $36, R8
+	ADDQ $36, R9
+	DECQ CX
+	JNZ block
+
+reduce:
+	STORE2(group, partial, done)
+
+partial:
+	PARTIAL2(done)
+
+done:
+	VZEROUPPER
+	RET
+
+// func matQ4x4VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
+//
+// Four tokens hold R8-R11, so the scales come in through SCALES's vector
+// inserts rather than general registers.
+TEXT ·matQ4x4VNNI(SB), NOSPLIT, $0-64
+	QENTRY(out+48, VQ4_CONST, done)
+
+group:
+	QGROUP4(QBLOCKS, reduce)
+
+	PCALIGN $32
+block:
+	SCALES
+	VQ4_WEIGHTS
+	VQ8_TOK(R8, X4)
+	VQ8_TOK(R9, X5)
+	VQ8_TOK(R10, X6)
+	VQ8_TOK(R11, X7)
+	VQ4_NEXT
+	ADDQ $36, R8
+	ADDQ $36, R9
+	ADDQ $36, R10
+	ADDQ $36, R11
+	DECQ CX
+	JNZ block
+
+reduce:
+	STORE4(group, partial, done)
+
+partial:
+	PARTIAL4(done)
+
+done:
+	VZEROUPPER
+	RET
