@@ -19,9 +19,10 @@
 // What it owns: the canonical reduction orders (order.go), the pure-Go
 // kernels that define them (generic.go), the AVX2+FMA+F16C assembly that
 // reproduces them on amd64 (simd_*_amd64.s, chosen at run time, or never
-// with the purego build tag) and its AVX-512 VNNI variants for Q8_0, the
-// K-quants and the legacy types' batched products (*vnni_amd64.s), the Q8_0 quantisation of activations, and the
-// Pool of worker goroutines that splits a MatMul's rows. What it must never
+// with the purego build tag) and its AVX-512 VNNI variants for Q8_0,
+// Q4_0, the K-quants and the legacy types' batched products
+// (*vnni_amd64.s), the Q8_0 quantisation of activations, and the Pool of
+// worker goroutines that splits a MatMul's rows. What it must never
 // do: let a result depend on anything but the inputs it is computing, or
 // read and write files, the network or the clock.
 //

@@ -526,4 +526,47 @@ func TestVNNISelection(t *testing.T) {
 	if ptr(q1) != ptr(matQ8x1VNNI) || ptr(q2) != ptr(matQ8x2VNNI) || ptr(q4) != ptr(matQ8x4VNNI) {
 		t.Error("Q8_0's one- to four-token kernels are not the VNNI ones")
 	}
+	q1, q2, q4 = vnniTwins(tensor.Q4_0, matQ4x1, matQ4x2, matQ4x4)
+	if ptr(q1) != ptr(matQ4x1VNNI) || ptr(q2) != ptr(matQ4x2VNNI) || ptr(q4) != ptr(matQ4x4VNNI) {
+		t.Error("Q4_0's one- to four-token kernels are not the VNNI ones")
+	}
+}
+
+// BenchmarkQ4VNNIKernels compares Q4_0's one- and four-token kernels with
+// their VNNI twins, in cache (768 rows) and out of it (65536), one thread:
+//
+//	go test -run '^$' -bench Q4VNNIKernels ./internal/kernels/
+func BenchmarkQ4VNNIKernels(b *testing.B) {
+	if !hasVNNI {
+		b.Skip("no AVX-512 VNNI on this CPU")
+	}
+	const cols = 768
+	for _, rows := range []int{768, 65536} {
+		w := benchMatrix(b, tensor.Q4_0, rows, cols)
+		rb, _ := tensor.Q4_0.RowBytes(cols)
+		nb := cols / 32
+		x := randFloats(rand.New(rand.NewPCG(2, 3)), 4*cols)
+		xq := make([]byte, 4*nb*xBlockBytes)
+		for i := range 4 {
+			quantizeX(xq[i*nb*xBlockBytes:], x[i*cols:(i+1)*cols])
+		}
+		out := make([]float32, 4*rows)
+		wp, xp := unsafe.Pointer(&w.Data[0]), unsafe.Pointer(&xq[0])
+		for _, k := range []struct {
+			name string
+			run  func()
+		}{
+			{"x1", func() { matQ4x1(wp, rb, rows, xp, nb, &out[0]) }},
+			{"x1vnni", func() { matQ4x1VNNI(wp, rb, rows, xp, nb, &out[0]) }},
+			{"x4", func() { matQ4x4(wp, rb, rows, xp, nb*xBlockBytes, nb, &out[0], rows*4) }},
+			{"x4vnni", func() { matQ4x4VNNI(wp, rb, rows, xp, nb*xBlockBytes, nb, &out[0], rows*4) }},
+		} {
+			b.Run(fmt.Sprintf("rows=%d/%s", rows, k.name), func(b *testing.B) {
+				b.SetBytes(int64(len(w.Data)))
+				for b.Loop() {
+					k.run()
+				}
+			})
+		}
+	}
 }

@@ -12,7 +12,13 @@
 // -8·Σx, so the lane sums are those of (q-8)·x, which SUM4 and FINISH
 // reduce and scale as the AVX2 kernels do. The integer sums are exact
 // either way and the float steps are the same: the bits are matQ4x*'s.
-// The rows, the prefetches and the block steps are the AVX2 kernels'.
+// The rows, the prefetch addresses and the block steps are the AVX2
+// kernels' (the two- and four-token kernels prefetch after every token
+// rather than after the first).
+//
+// Registers as the Q8_0 twins' (simd_q8vnni_amd64.s), except: Y0-Y3 the
+// rows' unsigned quants, Y8 bytes of 8, Y18 bytes of 0x0f (the nibble
+// mask); the four-token kernel holds its tokens' accumulators in X4-X7.
 
 // VQ4_CONST sets Y8 to bytes of 8 and Y18 to bytes of 0x0f, and clears
 // Y9 and Y17.

@@ -22,9 +22,10 @@ var hasVNNI = hasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL &&
 // (their batched products stay on the AVX2 kernels), Q4_0's of one to
 // four and of sixteen tokens, and the batched products of Q4_1, Q5_0
 // and Q5_1: sixteen tokens for all three, eight for Q5_0 and Q5_1 (their
-// one- to four-token products stay on AVX2). They give the same bits as the AVX2 ones (the integer sums are
-// exact either way and the float steps are the same), so the choice is
-// one of speed only; tests and benchmarks clear it to compare the two.
+// one- to four-token products stay on AVX2). They give the same bits as
+// the AVX2 ones (the integer sums are exact either way and the float
+// steps are the same), so the choice is one of speed only; tests and
+// benchmarks clear it to compare the two.
 var useVNNI = hasVNNI
 
 // vnniOn reports whether the VNNI kernels are in use: useSIMD too, since
