@@ -374,13 +374,15 @@ TOK: \
 	SUBQ $4, R13; \
 	JMP LOOP
 
-// Q1_KERNEL and Q2_KERNEL are the whole bodies of the adjacent four-row
-// Q8_0 kernels for one token (matQ8x1 and its VNNI twin) and two (matQ8x2
-// and its twin): CONST sets the kernel's constants (QENTRY), HEAD loads
-// the four rows' block at DX (scales and weights), TOK(Rt, ACC) adds one
-// token's block into its accumulator. The next group's share of the
-// block is prefetched after the first token.
-#define Q1_KERNEL(CONST, HEAD, TOK) \
+// Q1_KERNEL, Q2_KERNEL and Q4T_KERNEL are the whole bodies of the
+// adjacent four-row kernels of Q8_0 and Q4_0 for one token (matQ8x1,
+// matQ4x1 and their VNNI twins), two (matQ8x2, matQ4x2 and twins) and
+// four (matQ4x4 and its twin): CONST sets the kernel's constants
+// (QENTRY), HEAD loads the four rows' block at DX (scales and weights),
+// TOK(Rt, ACC) adds one token's block into its accumulator, NEXTPF
+// prefetches the next group's share of the block (after the first
+// token) and BB is the block's size in bytes (an immediate).
+#define Q1_KERNEL(CONST, HEAD, TOK, NEXTPF, BB) \
 	QENTRY(out+40, CONST, done); \
 group: \
 	QGROUP1(QBLOCKS, reduce); \
@@ -388,8 +390,8 @@ group: \
 block: \
 	HEAD; \
 	TOK(R8, X4); \
-	Q_NEXTPF; \
-	ADDQ $34, DX; \
+	NEXTPF; \
+	ADDQ BB, DX; \
 	ADDQ $36, R8; \
 	DECQ CX; \
 	JNZ block; \
@@ -401,7 +403,7 @@ done: \
 	VZEROUPPER; \
 	RET
 
-#define Q2_KERNEL(CONST, HEAD, TOK) \
+#define Q2_KERNEL(CONST, HEAD, TOK, NEXTPF, BB) \
 	QENTRY(out+48, CONST, done); \
 group: \
 	QGROUP2(QBLOCKS, reduce); \
@@ -409,9 +411,9 @@ group: \
 block: \
 	HEAD; \
 	TOK(R8, X4); \
-	Q_NEXTPF; \
+	NEXTPF; \
 	TOK(R9, X5); \
-	ADDQ $34, DX; \
+	ADDQ BB, DX; \
 	ADDQ $36, R8; \
 	ADDQ $36, R9; \
 	DECQ CX; \
@@ -423,6 +425,40 @@ partial: \
 done: \
 	VZEROUPPER; \
 	RET
+
+#define Q4T_KERNEL(CONST, HEAD, TOK, NEXTPF, BB) \
+	QENTRY(out+48, CONST, done); \
+group: \
+	QGROUP4(QBLOCKS, reduce); \
+	PCALIGN $32; \
+block: \
+	HEAD; \
+	TOK(R8, X4); \
+	NEXTPF; \
+	TOK(R9, X5); \
+	TOK(R10, X6); \
+	TOK(R11, X7); \
+	ADDQ BB, DX; \
+	ADDQ $36, R8; \
+	ADDQ $36, R9; \
+	ADDQ $36, R10; \
+	ADDQ $36, R11; \
+	DECQ CX; \
+	JNZ block; \
+reduce: \
+	STORE4(group, partial, done); \
+partial: \
+	PARTIAL4(done); \
+done: \
+	VZEROUPPER; \
+	RET
+
+// Q4_NEXTPF fetches the next four rows' share (4·18 bytes) of a Q4_0
+// block, one group ahead (BX).
+#define Q4_NEXTPF \
+	PREFETCHT0 (BX); \
+	PREFETCHT0 64(BX); \
+	ADDQ $72, BX
 
 // Q_NEXTPF fetches the next four rows' share (4·34 bytes) of a Q8_0 block,
 // one group ahead (BX).

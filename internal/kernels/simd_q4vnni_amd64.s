@@ -12,9 +12,8 @@
 // -8·Σx, so the lane sums are those of (q-8)·x, which SUM4 and FINISH
 // reduce and scale as the AVX2 kernels do. The integer sums are exact
 // either way and the float steps are the same: the bits are matQ4x*'s.
-// The rows, the prefetch addresses and the block steps are the AVX2
-// kernels' (the two- and four-token kernels prefetch after every token
-// rather than after the first).
+// The bodies (Q1_KERNEL, Q2_KERNEL, Q4T_KERNEL), so the rows, the
+// prefetches and the block steps, are the AVX2 kernels'.
 //
 // Registers as the Q8_0 twins' (simd_q8vnni_amd64.s), except: Y0-Y3 the
 // rows' unsigned quants, Y8 bytes of 8, Y18 bytes of 0x0f (the nibble
@@ -48,102 +47,30 @@
 	VQ4_NIBS(2(DX)(R14*1), Y2, X2); \
 	VQ4_NIBS(2(DX)(R15*1), Y3, X3)
 
-// VQ4_NEXT prefetches the next four rows' share of the block (4·18
-// bytes) and moves DX on by a block.
-#define VQ4_NEXT \
-	PREFETCHT0 (BX); \
-	PREFETCHT0 64(BX); \
-	ADDQ $72, BX; \
-	ADDQ $18, DX
+// VQ4_HEAD1, VQ4_HEAD2 and VQ4_HEAD4 load the four rows' block at DX,
+// scales and quants, for the one-, two- and four-token kernels (which
+// have different general registers free: none for VQ8_SCALES with four
+// tokens in R8-R11, so SCALES's vector inserts there).
+#define VQ4_HEAD1 \
+	VQ8_SCALES(AX, R9, R10); \
+	VQ4_WEIGHTS
+
+#define VQ4_HEAD2 \
+	VQ8_SCALES(AX, R10, R11); \
+	VQ4_WEIGHTS
+
+#define VQ4_HEAD4 \
+	SCALES; \
+	VQ4_WEIGHTS
 
 // func matQ4x1VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ4x1VNNI(SB), NOSPLIT, $0-48
-	QENTRY(out+40, VQ4_CONST, done)
-
-group:
-	QGROUP1(QBLOCKS, reduce)
-
-	PCALIGN $32
-block:
-	VQ8_SCALES(AX, R9, R10)
-	VQ4_WEIGHTS
-	VQ8_TOK(R8, X4)
-	VQ4_NEXT
-	ADDQ $36, R8
-	DECQ CX
-	JNZ block
-
-reduce:
-	STORE1(group, partial, done)
-
-partial:
-	PARTIAL1(done)
-
-done:
-	VZEROUPPER
-	RET
+	Q1_KERNEL(VQ4_CONST, VQ4_HEAD1, VQ8_TOK, Q4_NEXTPF, $18)
 
 // func matQ4x2VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4x2VNNI(SB), NOSPLIT, $0-64
-	QENTRY(out+48, VQ4_CONST, done)
-
-group:
-	QGROUP2(QBLOCKS, reduce)
-
-	PCALIGN $32
-block:
-	VQ8_SCALES(AX, R10, R11)
-	VQ4_WEIGHTS
-	VQ8_TOK(R8, X4)
-	VQ8_TOK(R9, X5)
-	VQ4_NEXT
-	ADDQ $36, R8
-	ADDQ $36, R9
-	DECQ CX
-	JNZ block
-
-reduce:
-	STORE2(group, partial, done)
-
-partial:
-	PARTIAL2(done)
-
-done:
-	VZEROUPPER
-	RET
+	Q2_KERNEL(VQ4_CONST, VQ4_HEAD2, VQ8_TOK, Q4_NEXTPF, $18)
 
 // func matQ4x4VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
-//
-// Four tokens hold R8-R11, so the scales come in through SCALES's vector
-// inserts rather than general registers.
 TEXT ·matQ4x4VNNI(SB), NOSPLIT, $0-64
-	QENTRY(out+48, VQ4_CONST, done)
-
-group:
-	QGROUP4(QBLOCKS, reduce)
-
-	PCALIGN $32
-block:
-	SCALES
-	VQ4_WEIGHTS
-	VQ8_TOK(R8, X4)
-	VQ8_TOK(R9, X5)
-	VQ8_TOK(R10, X6)
-	VQ8_TOK(R11, X7)
-	VQ4_NEXT
-	ADDQ $36, R8
-	ADDQ $36, R9
-	ADDQ $36, R10
-	ADDQ $36, R11
-	DECQ CX
-	JNZ block
-
-reduce:
-	STORE4(group, partial, done)
-
-partial:
-	PARTIAL4(done)
-
-done:
-	VZEROUPPER
-	RET
+	Q4T_KERNEL(VQ4_CONST, VQ4_HEAD4, VQ8_TOK, Q4_NEXTPF, $18)

@@ -72,11 +72,11 @@
 
 // func matQ8x1VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ8x1VNNI(SB), NOSPLIT, $0-48
-	Q1_KERNEL(VQ8_CONST, VQ8_HEAD1, VQ8_TOK)
+	Q1_KERNEL(VQ8_CONST, VQ8_HEAD1, VQ8_TOK, Q_NEXTPF, $34)
 
 // func matQ8x2VNNI(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x2VNNI(SB), NOSPLIT, $0-64
-	Q2_KERNEL(VQ8_CONST, VQ8_HEAD2, VQ8_TOK)
+	Q2_KERNEL(VQ8_CONST, VQ8_HEAD2, VQ8_TOK, Q_NEXTPF, $34)
 
 // VQ8_MIX prepares the four-token kernel's block: the four rows' weights
 // at DX as four mixtures M0-M3 (Y0-Y3), and -128·Σw of each row in Y16.

@@ -79,6 +79,12 @@
 	VPAND nibbleMask<>(SB), W, W; \
 	VPSUBB eights<>(SB), W, W
 
+// Q4_HEAD loads the four rows' Q4_0 block at DX: scales and signed
+// quants.
+#define Q4_HEAD \
+	SCALES; \
+	WEIGHTS_Q4
+
 #define WEIGHTS_Q4 \
 	UNPACK_Q4(2(DX), Y0, X0); \
 	UNPACK_Q4(2(DX)(R12*1), Y1, X1); \
@@ -106,7 +112,7 @@ GLOBL eights<>(SB), RODATA|NOPTR, $32
 
 // func matQ8x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ8x1(SB), NOSPLIT, $0-48
-	Q1_KERNEL(QCONST, Q8_HEAD, TOK_Q8)
+	Q1_KERNEL(QCONST, Q8_HEAD, TOK_Q8, Q_NEXTPF, $34)
 
 // func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x4(SB), NOSPLIT, $0-64
@@ -147,105 +153,19 @@ matQ8x4done:
 
 // func matQ4x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ4x1(SB), NOSPLIT, $0-48
-	QENTRY(out+40, QCONST, matQ4x1done)
-
-matQ4x1group:
-	QGROUP1(QBLOCKS, matQ4x1reduce)
-
-	PCALIGN $32
-matQ4x1block:
-	SCALES
-	WEIGHTS_Q4
-	TOK_Q4(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	ADDQ $72, BX
-	ADDQ $18, DX
-	ADDQ $36, R8
-	DECQ CX
-	JNZ matQ4x1block
-
-matQ4x1reduce:
-	STORE1(matQ4x1group, matQ4x1partial, matQ4x1done)
-
-matQ4x1partial:
-	PARTIAL1(matQ4x1done)
-
-matQ4x1done:
-	VZEROUPPER
-	RET
+	Q1_KERNEL(QCONST, Q4_HEAD, TOK_Q4, Q4_NEXTPF, $18)
 
 // func matQ4x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4x4(SB), NOSPLIT, $0-64
-	QENTRY(out+48, QCONST, matQ4x4done)
-
-matQ4x4group:
-	QGROUP4(QBLOCKS, matQ4x4reduce)
-
-	PCALIGN $32
-matQ4x4block:
-	SCALES
-	WEIGHTS_Q4
-	TOK_Q4(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	ADDQ $72, BX
-	TOK_Q4(R9, X5)
-	TOK_Q4(R10, X6)
-	TOK_Q4(R11, X7)
-	ADDQ $18, DX
-	ADDQ $36, R8
-	ADDQ $36, R9
-	ADDQ $36, R10
-	ADDQ $36, R11
-	DECQ CX
-	JNZ matQ4x4block
-
-matQ4x4reduce:
-	STORE4(matQ4x4group, matQ4x4partial, matQ4x4done)
-
-matQ4x4partial:
-	PARTIAL4(matQ4x4done)
-
-matQ4x4done:
-	VZEROUPPER
-	RET
+	Q4T_KERNEL(QCONST, Q4_HEAD, TOK_Q4, Q4_NEXTPF, $18)
 
 // func matQ8x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x2(SB), NOSPLIT, $0-64
-	Q2_KERNEL(QCONST, Q8_HEAD, TOK_Q8)
+	Q2_KERNEL(QCONST, Q8_HEAD, TOK_Q8, Q_NEXTPF, $34)
 
 // func matQ4x2(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ4x2(SB), NOSPLIT, $0-64
-	QENTRY(out+48, QCONST, matQ4x2done)
-
-matQ4x2group:
-	QGROUP2(QBLOCKS, matQ4x2reduce)
-
-	PCALIGN $32
-matQ4x2block:
-	SCALES
-	WEIGHTS_Q4
-	TOK_Q4(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	ADDQ $72, BX
-	TOK_Q4(R9, X5)
-	ADDQ $18, DX
-	ADDQ $36, R8
-	ADDQ $36, R9
-	DECQ CX
-	JNZ matQ4x2block
-
-matQ4x2reduce:
-	STORE2(matQ4x2group, matQ4x2partial, matQ4x2done)
-
-matQ4x2partial:
-	PARTIAL2(matQ4x2done)
-
-matQ4x2done:
-	VZEROUPPER
-	RET
+	Q2_KERNEL(QCONST, Q4_HEAD, TOK_Q4, Q4_NEXTPF, $18)
 
 
 // matQ8x1s and matQ8x2s read four streams of rows rows each,
