@@ -68,16 +68,17 @@ type worker struct {
 // either mistake panics rather than mixing two jobs. Close must be called
 // to end the workers.
 //
-// A panic in fn or in a kernel, on any thread, stops the chunks not yet
-// started, waits for the others and reaches the caller: its own panic
-// goes on unchanged, a worker's is raised there wrapped with the worker's
-// stack. Either way the Pool is ready for the next call.
+// A panic in fn or in a kernel, on any thread, stops the chunks no thread
+// has claimed yet (and the rest of its own claim), waits for those the
+// others are running or have claimed and reaches the caller: its own
+// panic goes on unchanged, a worker's is raised there wrapped with the
+// worker's stack. Either way the Pool is ready for the next call.
 type Pool struct {
 	threads int
 	workers []*worker
 	wg      sync.WaitGroup
 
-	// The current job. The caller writes it before resetting claims and
+	// The current job. The caller writes it before sharing out its chunks and
 	// does not touch it again until every chunk is finished; a thread reads
 	// it only after claiming a chunk, which the job cannot outlive.
 	job struct {
@@ -103,10 +104,10 @@ type Pool struct {
 	_   cacheLine
 	gen atomic.Uint32 // bumped to wake the workers for a job
 	_   cacheLine
-	// claims is total<<32 | chunks claimed so far. One word, so a thread
-	// that wakes late, after its job ended, claims against the job that
-	// is current and never against a stale total.
-	claims   atomic.Uint64
+	// runs are the threads' runs of the current job's chunks (see
+	// share), total their number.
+	runs     []chunkRun
+	total    atomic.Uint32
 	_        cacheLine
 	finished atomic.Uint32 // chunks of the current job completed
 	_        cacheLine
@@ -143,7 +144,7 @@ func NewPool(threads int) *Pool {
 	if procs := runtime.GOMAXPROCS(0); threads <= 0 || threads > procs {
 		threads = procs
 	}
-	p := &Pool{threads: threads, done: make(chan struct{}, 1), stores: make([]x16Stores, threads)}
+	p := &Pool{threads: threads, done: make(chan struct{}, 1), stores: make([]x16Stores, threads), runs: make([]chunkRun, threads)}
 	p.quant.fn = p.quantTokens
 	for k := 1; k < threads; k++ {
 		w := &worker{wake: make(chan struct{}, 1), th: k}
@@ -175,8 +176,12 @@ func (p *Pool) Close() {
 
 // publish wakes the workers for the job in p.job, split into total chunks.
 func (p *Pool) publish(total int) {
+	// The order matters: a worker that wakes late for the last job can
+	// claim from the runs as soon as share stores them, so the finished
+	// count must already be reset and the total (stored first in share)
+	// already the new job's (TestLateWorkersClaimTheCurrentJob).
 	p.finished.Store(0)
-	p.claims.Store(uint64(total) << 32)
+	p.share(total)
 	p.gen.Add(1)
 	for _, w := range p.workers {
 		if w.sleeping.CompareAndSwap(true, false) {
@@ -188,7 +193,7 @@ func (p *Pool) publish(total int) {
 func (p *Pool) work(w *worker) {
 	defer p.wg.Done()
 	// A memory fault in a chunk panics, like any other failure of it, and
-	// reaches the caller (runChunk), instead of killing the process: the
+	// reaches the caller (runChunks), instead of killing the process: the
 	// weights are a file's mapping, and a file cut short under it faults
 	// where it no longer reaches. The caller decides: model.Model.Fault
 	// tells that case from a bug, which it panics on.
@@ -199,7 +204,7 @@ func (p *Pool) work(w *worker) {
 		if p.closing.Load() {
 			return
 		}
-		if p.runChunks(w.th) {
+		if p.runClaims(w.th) {
 			p.wakeCaller()
 		}
 	}
@@ -212,21 +217,21 @@ func (p *Pool) wakeCaller() {
 	}
 }
 
-// runChunks claims and runs chunks of the current job until none are left
+// runClaims claims and runs chunks of the current job until none are left
 // (th is the thread's index, 0 for the caller's goroutine). It reports
 // whether it finished the job's last chunk.
-func (p *Pool) runChunks(th int) bool {
+func (p *Pool) runClaims(th int) bool {
 	last := false
 	for {
-		v := p.claims.Add(1)
-		c, total := uint32(v)-1, uint32(v>>32)
-		if c >= total {
+		c, k, ok := p.claim(th)
+		if !ok {
 			return last
 		}
-		if ok, l := p.runChunk(int(c), total, th); !ok {
+		total := p.total.Load()
+		if ok, l := p.runChunks(int(c), int(k), total, th); !ok {
 			return l
 		}
-		last = p.finished.Add(1) == total
+		last = p.finished.Add(k) == total
 	}
 }
 
@@ -274,13 +279,14 @@ func (p *Pool) waitDone(total int) {
 
 // chunkRows picks the rows per chunk: a multiple of 16, so no two threads
 // write the same 64-byte line of an aligned out (when Rows is a multiple
-// of 16 too, as in every model; else only false sharing), and about chunksPerThread chunks per
-// thread, so a thread that the OS deschedules holds up little work: the
-// others claim what it has not started. A chunk also holds at most
-// maxChunkBytes of weights (rb bytes a row), so that when one thread runs
-// slower the other waits at most about one chunk's read at the end of a
-// large matrix (a 32000-row classifier split four ways per thread was
-// 3 MB a chunk, a quarter of a millisecond).
+// of 16 too, as in every model; else only false sharing), and about
+// chunksPerThread chunks per thread, so a thread that the OS deschedules
+// holds up little work: the others take what it has not claimed, and it
+// claims at most maxClaimChunks at once (claim). A chunk also holds at
+// most maxChunkBytes of weights (rb bytes a row), so that when one thread
+// runs slower the other waits at most about one claim's read at the end
+// of a large matrix (a 32000-row classifier split four ways per thread
+// was 3 MB a chunk, a quarter of a millisecond).
 func chunkRows(rows, rb, threads int) int {
 	c := (rows + threads*chunksPerThread - 1) / (threads * chunksPerThread)
 	if rb > 0 {

@@ -7,17 +7,18 @@ import (
 )
 
 // This file holds how one call owns the Pool (begin, end) and how a chunk
-// that panics, on any thread, ends the job cleanly (runChunk, cancel,
-// run): a Pool that is used by a server must survive a recovered panic
-// with nothing of the failed call left in it.
+// that panics, on any thread, ends the job cleanly (runChunks, run; cancel
+// is in pool_claim.go): a Pool that is used by a server must survive a
+// recovered panic with nothing of the failed call left in it.
 
-// runChunk runs chunk c of the current job (of total chunks) and reports
-// whether it returned. If it panics or calls runtime.Goexit, the chunks
-// nobody claimed are cancelled and counted finished with c (last: that
+// runChunks runs chunks [c, c+k) of the current job (of total chunks)
+// and reports whether it returned. If one panics or calls runtime.Goexit,
+// the chunks nobody claimed are cancelled and counted finished with these
+// k, run or not (last: that
 // finished the job), else the other threads would count theirs against
 // the caller's next job. A worker recovers and keeps the panic for run to
 // raise; the caller's goes on once the other threads are out of the job.
-func (p *Pool) runChunk(c int, total uint32, th int) (ok, last bool) {
+func (p *Pool) runChunks(c, k int, total uint32, th int) (ok, last bool) {
 	caller := th == 0
 	defer func() {
 		if ok {
@@ -37,40 +38,35 @@ func (p *Pool) runChunk(c int, total uint32, th int) (ok, last bool) {
 			}
 			p.panicked.CompareAndSwap(nil, &workerPanic{value: r, stack: debug.Stack()})
 		}
-		last = p.finished.Add(1+p.cancel()) == total
+		last = p.finished.Add(uint32(k)+p.cancel()) == total
 		if caller && !last {
 			p.waitDone(int(total))
 		}
 	}()
 	j := &p.job
+	end := c + k
 	if j.fn != nil {
-		r0 := c * j.chunk
-		j.fn(c, r0, r0+min(j.chunk, j.n-r0))
+		for ; c < end; c++ {
+			r0 := c * j.chunk
+			j.fn(c, r0, r0+min(j.chunk, j.n-r0))
+		}
 		return true, false
 	}
-	k := 0
-	for c >= j.first[k+1] {
-		k++
+	// One call per product for the chunks of it claimed together: the
+	// kernels stream each call's rows, and the longer the streams the
+	// better the prefetchers follow them. A row's value does not depend
+	// on which call computes it.
+	for pk := 0; c < end; pk++ {
+		if c >= j.first[pk+1] {
+			continue
+		}
+		e := min(end, j.first[pk+1])
+		w := j.ps[pk].W
+		r0, r1 := (c-j.first[pk])*j.rows[pk], min(w.Rows, (e-j.first[pk])*j.rows[pk])
+		matRows(w, r0, r1, j.x, j.xq, j.xi, j.n, j.ps[pk].Out, w.Rows, &p.stores[th])
+		c = e
 	}
-	w := j.ps[k].W
-	r0 := (c - j.first[k]) * j.rows[k]
-	matRows(w, r0, min(w.Rows, r0+j.rows[k]), j.x, j.xq, j.xi, j.n, j.ps[k].Out, w.Rows, &p.stores[th])
 	return true, false
-}
-
-// cancel stops the handing out of the current job's chunks and returns how
-// many no thread had claimed: they will never run.
-func (p *Pool) cancel() uint32 {
-	for {
-		v := p.claims.Load()
-		c, total := uint32(v), uint32(v>>32)
-		if c >= total {
-			return 0
-		}
-		if p.claims.CompareAndSwap(v, v+uint64(total-c)) {
-			return total - c
-		}
-	}
 }
 
 // run publishes the job in p.job as total chunks, works on it alongside
@@ -78,7 +74,7 @@ func (p *Pool) cancel() uint32 {
 // worker's panic if one had any.
 func (p *Pool) run(total int) {
 	p.publish(total)
-	if !p.runChunks(0) {
+	if !p.runClaims(0) {
 		p.waitDone(total)
 	}
 	if e := p.panicked.Swap(nil); e != nil {

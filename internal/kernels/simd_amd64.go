@@ -187,9 +187,10 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	// (matQ8Strided says which), all but the last (r1-r0)%4 rows. One pass
 	// over the rows reuses nothing across tiles: the longer the streams,
 	// the better the prefetcher follows them. When the pool splits the
-	// matrix, its chunks (256 KiB at most, chunkRows) bound them to about
-	// 64 KiB each: long enough, and the cap keeps the threads' finishing
-	// times close.
+	// matrix, a thread's claim bounds them: half of what is left of its
+	// run of chunks, then less (pool_claim.go), down to one chunk of
+	// 256 KiB at most (chunkRows), so that the threads finish close
+	// together.
 	switch {
 	case s1 != nil && n == 1 && cols%16 == 0:
 		// F16 and BF16 prefetch non-temporally here, as matQ8x1s does,
