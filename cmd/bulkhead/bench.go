@@ -66,9 +66,15 @@ type modelBench struct {
 	// BandwidthFractionWithKV is BandwidthFraction counting those bytes
 	// too: attention's reads come from memory as well, so this is what the
 	// step actually streams. The goal is stated on weights alone.
-	KVBytesPerToken         int64   `json:"kv_bytes_per_token"`
-	BandwidthFractionWithKV float64 `json:"bandwidth_fraction_with_kv"`
-	StartToFirstTokenMS     float64 `json:"start_to_first_token_ms"`
+	KVBytesPerToken int64 `json:"kv_bytes_per_token"`
+	// HandoffNSReps is, for each rep, the round trip of a cache line
+	// between two threads (perf.HandoffLatency) measured right before its
+	// decode: where the host placed the threads, which the bandwidth and
+	// the decode's share of it depend on (docs/benchmarks.md). Absent for
+	// one thread.
+	HandoffNSReps           []float64 `json:"handoff_ns_reps,omitempty"`
+	BandwidthFractionWithKV float64   `json:"bandwidth_fraction_with_kv"`
+	StartToFirstTokenMS     float64   `json:"start_to_first_token_ms"`
 
 	// MACCeilingPerS is the arithmetic ceiling of the batched products for
 	// these weights on these threads (perf.MACRate), measured right before
@@ -174,6 +180,9 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 		// The machine's bandwidth drifts within seconds, so the decode is
 		// judged against the mean of measurements taken right before and
 		// right after it.
+		if pool.Threads() > 1 {
+			res.HandoffNSReps = append(res.HandoffNSReps, float64(perf.HandoffLatency(5).Nanoseconds()))
+		}
 		before = perf.ReadBandwidth(512<<20, pool.Threads(), 3)
 		t0 = time.Now()
 		for i := 0; i < *genN; i++ {
@@ -232,6 +241,9 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before and after each rep's decode; best decode reads %.1f GB/s\n",
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
 	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s); %.0f%% counting the KV cache's bytes\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps), 100*res.BandwidthFractionWithKV)
+	if len(res.HandoffNSReps) > 0 {
+		fmt.Fprintf(stdout, "thread hand-off  %s ns round trip of a cache line between two threads, before each rep's decode (where the host placed them; see docs/benchmarks.md)\n", nanos(res.HandoffNSReps))
+	}
 	if res.MACCeilingPerS > 0 {
 		fmt.Fprintf(stdout, "arithmetic       best prefill does %.1f G multiply-adds/s in its products; the ceiling of %s products is %.1f G/s median, measured with %d threads before and after each rep's prefill\n",
 			res.PrefillMACsPerS/1e9, res.WeightType, res.MACCeilingPerS/1e9, res.Threads)
@@ -268,6 +280,17 @@ func percents(xs []float64) string {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(&b, "%.0f%%", 100*x)
+	}
+	return b.String()
+}
+
+func nanos(xs []float64) string {
+	var b strings.Builder
+	for i, x := range xs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%.0f", x)
 	}
 	return b.String()
 }

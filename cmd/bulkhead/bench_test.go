@@ -26,6 +26,10 @@ func TestBenchModelJSON(t *testing.T) {
 	if len(res.BandwidthFractionReps) != 2 || res.BandwidthFraction <= 0 {
 		t.Fatalf("bandwidth fraction per rep %v, median %v; want 2 reps", res.BandwidthFractionReps, res.BandwidthFraction)
 	}
+	// Two threads measure their hand-off once a rep.
+	if len(res.HandoffNSReps) != 2 || res.HandoffNSReps[0] <= 0 || res.HandoffNSReps[1] <= 0 {
+		t.Fatalf("hand-off per rep %v, want 2 positive figures", res.HandoffNSReps)
+	}
 	if res.PromptTokens != 16 || res.GenTokens != 8 || res.Threads != 2 || res.KVDType != "f32" {
 		t.Fatalf("echoed settings %d/%d/%d/%s, want 16/8/2/f32", res.PromptTokens, res.GenTokens, res.Threads, res.KVDType)
 	}

@@ -1,7 +1,9 @@
 package perf
 
 import (
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/bulkhead-llm/bulkhead/internal/kernels"
 	"github.com/bulkhead-llm/bulkhead/internal/tensor"
@@ -28,5 +30,21 @@ func TestMACRateIsPlausible(t *testing.T) {
 		if r1 < 1e9 || r1 > 1e12 {
 			t.Fatalf("%s: %.3g multiply-adds/s on one thread is implausible", typ, r1)
 		}
+	}
+}
+
+func TestHandoffLatencyIsPlausible(t *testing.T) {
+	d := HandoffLatency(3)
+	if runtime.GOMAXPROCS(0) < 2 {
+		if d != 0 {
+			t.Fatalf("one thread: hand-off %v, want 0", d)
+		}
+		return
+	}
+	// A cache line crosses between any two cores in well under 10 µs;
+	// 0 means the loop did not run, and more means the threads took turns
+	// on one processor (the measurement is then meaningless).
+	if d <= 0 || d > 100*time.Microsecond {
+		t.Fatalf("hand-off round trip %v is implausible", d)
 	}
 }
