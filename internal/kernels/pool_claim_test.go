@@ -146,17 +146,9 @@ func TestLateWorkersClaimTheCurrentJob(t *testing.T) {
 	within(t, 30*time.Second, "For jobs back to back", func() {
 		for k := 0; time.Now().Before(deadline); k++ {
 			n := 1 + k%9
-			hits := make([]int32, n)
-			p.For(n, func(_, lo, hi int) {
-				for i := lo; i < hi; i++ {
-					atomic.AddInt32(&hits[i], 1)
-				}
-			})
-			for i, h := range hits {
-				if h != 1 {
-					t.Errorf("job %d: item %d of %d ran %d times", k, i, n, h)
-					return
-				}
+			if i, h := forOnce(p, n); i >= 0 {
+				t.Errorf("job %d: item %d of %d ran %d times", k, i, n, h)
+				return
 			}
 		}
 	})

@@ -72,22 +72,31 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
+// forOnce runs For(n) on p, counting each item's runs, and returns the
+// first item that did not run exactly once and how often it ran, or -1.
+func forOnce(p *Pool, n int) (item int, runs int32) {
+	hits := make([]int32, n)
+	p.For(n, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			atomic.AddInt32(&hits[i], 1)
+		}
+	})
+	for i, h := range hits {
+		if h != 1 {
+			return i, h
+		}
+	}
+	return -1, 0
+}
+
 // checkPoolWorks runs For and MatMul on p and fails unless both give what
 // they must: a panic earlier must leave nothing behind.
 func checkPoolWorks(t *testing.T, p *Pool) {
 	t.Helper()
 	for k := 0; k < 50; k++ {
 		n := 1 + k*37%200
-		hits := make([]int32, n)
-		p.For(n, func(_, lo, hi int) {
-			for i := lo; i < hi; i++ {
-				atomic.AddInt32(&hits[i], 1)
-			}
-		})
-		for i, h := range hits {
-			if h != 1 {
-				t.Fatalf("after a panic: For(%d) ran item %d %d times", n, i, h)
-			}
+		if i, h := forOnce(p, n); i >= 0 {
+			t.Fatalf("after a panic: For(%d) ran item %d %d times", n, i, h)
 		}
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
