@@ -14,9 +14,10 @@ import "sync/atomic"
 // each one. On the 110M Q8_0 shape's decode-step products (the sequence
 // BenchmarkDecodeMatrices runs, 2 threads, medians of several hundred
 // alternating passes) that read 35.5 GB/s where the host's two threads
-// share one core and 44.3 where they do not; runs read 38.9 and 51.8,
-// against a read probe of about 36 and 61. (One chunk per thread read
-// 39.6 and 55.6, but leaves a slow thread's whole share to it.) The
+// share one core and 44.3 where they do not; runs read 38.9 and 51.8
+// (38.8 and 55.4 with the cap below, in another session of the same
+// test), against a read probe of about 36 and 61. (One chunk per thread
+// read 39.6 and 55.6, but leaves a slow thread's whole share to it.) The
 // prefetchers follow a stream, and each call of a kernel starts its four
 // streams over.
 
@@ -24,8 +25,8 @@ import "sync/atomic"
 // most maxChunkBytes (256 KiB) of weights, so a thread descheduled right
 // after claiming holds up at most about 1 MiB of reads, a few tens of
 // microseconds, which the others cannot take from it. Against no cap it
-// measured the same or better (55.4 against 54.3 GB/s, and 38.8 against
-// 36.6, in the two cases below).
+// measured the same or better: 38.8 against 36.6 GB/s where the threads
+// share a core, 55.4 against 54.3 where they do not.
 const maxClaimChunks = 4
 
 // chunkRun is one thread's run of chunks, next<<32 | end: chunks
@@ -52,9 +53,9 @@ func (p *Pool) share(total int) {
 
 // claim takes chunks for thread th and returns the first and how many:
 // half of what is left at the front of its own run (rounded up, at most
-// maxClaimChunks), or else
-// one chunk from the back of another thread's run, trying the next
-// threads' in turn. It reports false when none is left.
+// maxClaimChunks), or else one chunk from the back of another thread's
+// run, trying the next threads' in turn. It reports false when none is
+// left.
 func (p *Pool) claim(th int) (c, k uint32, ok bool) {
 	for i := range p.runs {
 		r := &p.runs[(th+i)%len(p.runs)].v
