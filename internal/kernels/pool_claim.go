@@ -15,7 +15,7 @@ import "sync/atomic"
 // BenchmarkDecodeMatrices runs, 2 threads, medians of several hundred
 // alternating passes) that read 35.5 GB/s where the host's two threads
 // share one core and 44.3 where they do not; runs read 38.9 and 51.8
-// (38.8 and 55.4 with the cap below, in another session of the same
+// (38.8 and 55.4 with the cap below, in a later run of the same
 // test), against a read probe of about 36 and 61. (One chunk per thread
 // read 39.6 and 55.6, but leaves a slow thread's whole share to it.) The
 // prefetchers follow a stream, and each call of a kernel starts its four
