@@ -1,7 +1,9 @@
 // Package perf measures the machine's two physical limits: memory read
 // bandwidth, which single-stream decode speed is judged against, and the
 // arithmetic ceiling of the batched products (MACRate), which prefill and
-// batched decode are judged against.
+// batched decode are judged against. It also measures how far apart two
+// threads run (HandoffLatency), since on a shared host that placement
+// changes the first limit, and how much of it a decode can use.
 //
 // It owns no model code. It reads a buffer far larger than the caches, as a
 // forward pass reads weights, and it times the kernels' own innermost
