@@ -66,15 +66,16 @@ type modelBench struct {
 	// BandwidthFractionWithKV is BandwidthFraction counting those bytes
 	// too: attention's reads come from memory as well, so this is what the
 	// step actually streams. The goal is stated on weights alone.
-	KVBytesPerToken int64 `json:"kv_bytes_per_token"`
+	KVBytesPerToken         int64   `json:"kv_bytes_per_token"`
+	BandwidthFractionWithKV float64 `json:"bandwidth_fraction_with_kv"`
+	StartToFirstTokenMS     float64 `json:"start_to_first_token_ms"`
 	// HandoffNSReps is, for each rep, the round trip of a cache line
-	// between two threads (perf.HandoffLatency) measured right before its
-	// decode: where the host placed the threads, which the bandwidth and
-	// the decode's share of it depend on (docs/benchmarks.md). Absent for
-	// one thread.
-	HandoffNSReps           []float64 `json:"handoff_ns_reps,omitempty"`
-	BandwidthFractionWithKV float64   `json:"bandwidth_fraction_with_kv"`
-	StartToFirstTokenMS     float64   `json:"start_to_first_token_ms"`
+	// between two threads (perf.HandoffLatency), measured before the
+	// bandwidth probe that precedes its decode: where the host placed the
+	// threads, which the bandwidth and the decode's share of it depend on
+	// (docs/benchmarks.md). The placement can change within a rep. Absent
+	// for one thread.
+	HandoffNSReps []float64 `json:"handoff_ns_reps,omitempty"`
 
 	// MACCeilingPerS is the arithmetic ceiling of the batched products for
 	// these weights on these threads (perf.MACRate), measured right before
@@ -177,12 +178,12 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		tok := []int{sample.Greedy(logits)}
-		// The machine's bandwidth drifts within seconds, so the decode is
-		// judged against the mean of measurements taken right before and
-		// right after it.
 		if pool.Threads() > 1 {
 			res.HandoffNSReps = append(res.HandoffNSReps, float64(perf.HandoffLatency(5).Nanoseconds()))
 		}
+		// The machine's bandwidth drifts within seconds, so the decode is
+		// judged against the mean of measurements taken right before and
+		// right after it.
 		before = perf.ReadBandwidth(512<<20, pool.Threads(), 3)
 		t0 = time.Now()
 		for i := 0; i < *genN; i++ {

@@ -37,8 +37,8 @@
 // prefetcher follows far better than four adjacent rows or one row after
 // another (1.3-1.8x the bytes per second on a Zen 3; simd_quant_amd64.s);
 // the other types are bound by their unpacking even for one token. For the
-// same reason the Pool gives each thread a contiguous run of a product's
-// rows and lets it claim several chunks of it at a time (pool_claim.go).
+// same reason the Pool gives each thread a contiguous run of a job's
+// chunks of rows and lets it claim several at a time (pool_claim.go).
 // Quantised types multiply int8 by int8 with exact integer sums
 // (VPMADDUBSW/VPMADDWD), converting to float once per block. Attention's
 // loops over cached positions (HeadScores, HeadAccum) and the

@@ -454,8 +454,9 @@ func (p *Pool) ForChunks(n int) int { return max(1, min(n, p.threads*chunksPerTh
 // and returns when all have run. fn gets the chunk's index, below
 // ForChunks(n), so it can use per-chunk scratch; chunks may run in any
 // order and concurrently, so fn must only write what its range owns. The
-// forward pass runs attention this way, one (token, head) pair per item.
-// fn must not call the Pool; if it panics, For panics (see Pool).
+// forward pass runs attention this way, one (token, group of heads) pair
+// per item. fn must not call the Pool; if it panics, For panics (see
+// Pool).
 func (p *Pool) For(n int, fn func(chunk, lo, hi int)) {
 	if fn == nil { // in p.job it would make the job a matrix product
 		panic("kernels: For with a nil fn")

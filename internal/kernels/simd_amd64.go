@@ -188,9 +188,9 @@ func matRowsSIMD(w *Matrix, r0, r1 int, x []float32, xq, xi []byte, n int, out [
 	// over the rows reuses nothing across tiles: the longer the streams,
 	// the better the prefetcher follows them. When the pool splits the
 	// matrix, a thread's claim bounds them: half of what is left of its
-	// run of chunks, then less (pool_claim.go), down to one chunk of
-	// 256 KiB at most (chunkRows), so that the threads finish close
-	// together.
+	// run of chunks, at most four (1 MiB), then less (pool_claim.go),
+	// down to one chunk of 256 KiB at most (chunkRows), so that the
+	// threads finish close together.
 	switch {
 	case s1 != nil && n == 1 && cols%16 == 0:
 		// F16 and BF16 prefetch non-temporally here, as matQ8x1s does,

@@ -15,7 +15,7 @@ import (
 // It tells where the host placed the two threads a 2-thread decode runs
 // on, which the read bandwidth depends on. On the 2-core virtual machines
 // Bulkhead is measured on it reads about 60 ns most of the time and about
-// 320 ns for tens of seconds at a time: two hardware threads of one core,
+// 330 ns for tens of seconds at a time: two hardware threads of one core,
 // sharing its caches and its share of memory (2 threads read about 35 GB/s,
 // hardly more than one), and then two cores far apart, each with its own
 // (2 threads read about 60 GB/s). A decode's passes hand their inputs
