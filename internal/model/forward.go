@@ -54,7 +54,6 @@ type Runner struct {
 	prods      [3]kernels.Product // MatMuls argument, kept to not allocate
 	kvOff      []int32            // head -> offset of its key/value head in a cache row
 	attnGroups int                // head groups per token in the current attention loop
-	attnHeads  int                // heads per group (the last may hold fewer)
 }
 
 // NewRunner returns a Runner for batches of up to maxTokens tokens in all,
@@ -299,7 +298,7 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	// its share of the heads.
 	want := min(c.Heads, max(1, (4*r.pool.Threads()+n-1)/n))
 	gs := (c.Heads + want - 1) / want
-	r.attnGroups, r.attnHeads = (c.Heads+gs-1)/gs, gs
+	r.attnGroups = (c.Heads + gs - 1) / gs
 	r.pool.For(n*r.attnGroups, r.attendFn)
 	r.pool.MatMul(r.xb2[:n*D], &w.O, r.att[:n*QD], n)
 	kernels.Add(r.x[:n*D], r.xb2[:n*D])
@@ -325,7 +324,10 @@ func (r *Runner) attend(chunk, lo, hi int) {
 	KVD, HD := c.KVDim(), c.HeadDim
 	QD := c.Heads * HD
 	scale := float32(math.Sqrt(float64(HD)))
-	G, gs := r.attnGroups, r.attnHeads
+	// ceil(Heads/G) gives back the group size layer chose, for every
+	// Heads and group count it can choose.
+	G := r.attnGroups
+	gs := (c.Heads + G - 1) / G
 	scores := r.scores[chunk*gs*r.ctx : (chunk+1)*gs*r.ctx]
 	for i := lo; i < hi; i++ {
 		t, g := i/G, i%G
