@@ -241,14 +241,14 @@ func runBenchModel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "weights/token    %.1f MB (and %.1f MB of %s KV cache on average)\n", float64(res.WeightBytesPerToken)/1e6, float64(res.KVBytesPerToken)/1e6, res.KVDType)
 	fmt.Fprintf(stdout, "read bandwidth   %.1f GB/s median, measured with %d threads before and after each rep's decode; best decode reads %.1f GB/s\n",
 		res.ReadBandwidthBytesPS/1e9, res.Threads, res.DecodeBandwidthBytesS/1e9)
-	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s); %.0f%% counting the KV cache's bytes\n", 100*res.BandwidthFraction, percents(res.BandwidthFractionReps), 100*res.BandwidthFractionWithKV)
+	fmt.Fprintf(stdout, "of bandwidth     %.0f%% median of each rep against its own bandwidth (%s); %.0f%% counting the KV cache's bytes\n", 100*res.BandwidthFraction, joined(res.BandwidthFractionReps, 100, "%"), 100*res.BandwidthFractionWithKV)
 	if len(res.HandoffNSReps) > 0 {
-		fmt.Fprintf(stdout, "thread hand-off  %s ns round trip of a cache line between two threads, before each rep's decode (where the host placed them; see docs/benchmarks.md)\n", nanos(res.HandoffNSReps))
+		fmt.Fprintf(stdout, "thread hand-off  %s ns round trip of a cache line between two threads, before each rep's decode (where the host placed them; see docs/benchmarks.md)\n", joined(res.HandoffNSReps, 1, ""))
 	}
 	if res.MACCeilingPerS > 0 {
 		fmt.Fprintf(stdout, "arithmetic       best prefill does %.1f G multiply-adds/s in its products; the ceiling of %s products is %.1f G/s median, measured with %d threads before and after each rep's prefill\n",
 			res.PrefillMACsPerS/1e9, res.WeightType, res.MACCeilingPerS/1e9, res.Threads)
-		fmt.Fprintf(stdout, "of ceiling       %.0f%% median of each rep's prefill against its own ceiling (%s)\n", 100*res.PrefillCeilingFraction, percents(res.PrefillCeilingFractionReps))
+		fmt.Fprintf(stdout, "of ceiling       %.0f%% median of each rep's prefill against its own ceiling (%s)\n", 100*res.PrefillCeilingFraction, joined(res.PrefillCeilingFractionReps, 100, "%"))
 	}
 	fmt.Fprintf(stdout, "start→1st token  %.1f ms (load + first forward pass)\n", res.StartToFirstTokenMS)
 	if p := res.Peer; p != nil {
@@ -274,24 +274,15 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func percents(xs []float64) string {
+// joined writes each of xs times scale, rounded, then suffix, separated
+// by commas: "80%, 73%" for fractions (100, "%"), "57, 67" for ns (1, "").
+func joined(xs []float64, scale float64, suffix string) string {
 	var b strings.Builder
 	for i, x := range xs {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%.0f%%", 100*x)
-	}
-	return b.String()
-}
-
-func nanos(xs []float64) string {
-	var b strings.Builder
-	for i, x := range xs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%.0f", x)
+		fmt.Fprintf(&b, "%.0f%s", scale*x, suffix)
 	}
 	return b.String()
 }
