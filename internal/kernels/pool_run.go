@@ -14,9 +14,8 @@ import (
 // runChunks runs chunks [c, c+k) of the current job (of total chunks)
 // and reports whether it returned. If one panics or calls runtime.Goexit,
 // the chunks nobody claimed are cancelled and counted finished with these
-// k, run or not (last: that
-// finished the job), else the other threads would count theirs against
-// the caller's next job. A worker recovers and keeps the panic for run to
+// k, run or not (last: that finished the job), else the other threads
+// would count theirs against the caller's next job. A worker recovers and keeps the panic for run to
 // raise; the caller's goes on once the other threads are out of the job.
 func (p *Pool) runChunks(c, k int, total uint32, th int) (ok, last bool) {
 	caller := th == 0
