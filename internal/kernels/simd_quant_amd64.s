@@ -116,40 +116,7 @@ TEXT ·matQ8x1(SB), NOSPLIT, $0-48
 
 // func matQ8x4(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, xstride, nb int, out *float32, ostride int)
 TEXT ·matQ8x4(SB), NOSPLIT, $0-64
-	QENTRY(out+48, QCONST, matQ8x4done)
-
-matQ8x4group:
-	QGROUP4(QBLOCKS, matQ8x4reduce)
-
-	PCALIGN $32
-matQ8x4block:
-	SCALES
-	WEIGHTS_Q8
-	TOK_Q8(R8, X4)
-	PREFETCHT0 (BX)
-	PREFETCHT0 64(BX)
-	PREFETCHT0 128(BX)
-	ADDQ $136, BX
-	TOK_Q8(R9, X5)
-	TOK_Q8(R10, X6)
-	TOK_Q8(R11, X7)
-	ADDQ $34, DX
-	ADDQ $36, R8
-	ADDQ $36, R9
-	ADDQ $36, R10
-	ADDQ $36, R11
-	DECQ CX
-	JNZ matQ8x4block
-
-matQ8x4reduce:
-	STORE4(matQ8x4group, matQ8x4partial, matQ8x4done)
-
-matQ8x4partial:
-	PARTIAL4(matQ8x4done)
-
-matQ8x4done:
-	VZEROUPPER
-	RET
+	Q4T_KERNEL(QCONST, Q8_HEAD, TOK_Q8, Q_NEXTPF, $34)
 
 // func matQ4x1(w unsafe.Pointer, rowBytes, rows int, xb unsafe.Pointer, nb int, out *float32)
 TEXT ·matQ4x1(SB), NOSPLIT, $0-48
