@@ -113,13 +113,14 @@
 #define GL_FIN0 \
 	VMOVDQU 32(R8), Y14; \
 	VPSLLD $1, Y14, Y14; \
-	GL_ROW0(Y0, Y10, Y4, 0); \
-	GL_ROW0(Y1, Y11, Y5, 1); \
-	GL_ROW0(Y2, Y12, Y6, 2); \
-	GL_ROW0(Y3, Y13, Y7, 3)
+	GL_ROWS0
 
 #define GL_FIN40 \
 	VMOVDQU 32(R8), Y14; \
+	GL_ROWS0
+
+// GL_ROWS0 is GL_FIN0's and GL_FIN40's four rows, on the token sums in Y14.
+#define GL_ROWS0 \
 	GL_ROW0(Y0, Y10, Y4, 0); \
 	GL_ROW0(Y1, Y11, Y5, 1); \
 	GL_ROW0(Y2, Y12, Y6, 2); \
