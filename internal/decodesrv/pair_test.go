@@ -181,10 +181,10 @@ func TestDecodePoolFull(t *testing.T) {
 // mid-stream, or on prefill mid-transfer, frees everything on both sides
 // and never yields a success.
 func TestHangUps(t *testing.T) {
-	// A delay per frame keeps the transfer in flight long enough to cut: the
-	// prompt fits in one DATA frame, so OPEN, DATA and COMMIT take 300ms,
-	// well past the 150ms cuts below.
-	p := startPair(t, setup{preFaults: "delay=100ms,seed=1"})
+	// A delay before each frame keeps the transfer in flight long enough to
+	// cut. The prompt fits in one DATA frame, and with this seed OPEN, DATA
+	// and COMMIT wait 158, 193 and 207ms (every connection draws the same).
+	p := startPair(t, setup{preFaults: "delay=300ms,seed=1"})
 	prompt := encode("Lily and Tom went to the park. They saw a big dog and a cat and a bird")
 
 	t.Run("decode mid-transfer", func(t *testing.T) {
@@ -212,10 +212,24 @@ func TestHangUps(t *testing.T) {
 		if ev, _ := g.next(); ev.Type != peerapi.EventReserved {
 			t.Fatalf("reserve: %+v", ev)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		// The router hangs up once decode has the OPEN, while DATA waits
+		// its 193ms: prefill must then send the ABORT and never the COMMIT,
+		// which a fixed timer cannot promise on a loaded machine.
+		const received = "bulkhead_kv_transfer_bytes_received_total"
+		before := p.metric(p.decURL, received)
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		pr := p.prefill(ctx, peerapi.PrefillRequest{ID: id, Tenant: "acme", Prompt: prompt, MaxTokens: 10, DecodeKVAddr: p.kvAddr})
-		if pr.OK {
+		res := make(chan peerapi.PrefillResult)
+		go func() {
+			res <- p.prefill(ctx, peerapi.PrefillRequest{ID: id, Tenant: "acme", Prompt: prompt, MaxTokens: 10, DecodeKVAddr: p.kvAddr})
+		}()
+		for deadline := time.Now().Add(10 * time.Second); p.metric(p.decURL, received) == before; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("decode received no OPEN")
+			}
+		}
+		cancel()
+		if pr := <-res; pr.OK {
 			t.Fatal("prefill succeeded although the router hung up")
 		}
 		if _, last, _ := g.rest(); last.Type != peerapi.EventError {

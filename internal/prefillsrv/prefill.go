@@ -301,6 +301,13 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 				if writeErr != nil {
 					continue // the connection is broken; the verdict is on its way
 				}
+				// Once the router has hung up, only the ABORT that says so
+				// goes out. A COMMIT written after the hang-up would start a
+				// decode that nobody waits for, and a frame's write is not
+				// interrupted, so the check is made before each one.
+				if ctx.Err() != nil && a.Frame.Type != transfer.TypeAbort {
+					continue
+				}
 				if err := transfer.Send(c, a.Frame, s.cfg.Peers.FrameBytes); err != nil {
 					writeErr, writeLost = err, time.After(abortWait)
 				}
