@@ -52,7 +52,7 @@ func BenchmarkGemmQ8Kernel(b *testing.B) {
 		out16 := make([]float32, 16*rows)
 		for b.Loop() {
 			q8NegSums(unsafe.Pointer(&w.Data[0]), nb*34, rows, nb, &sums[0])
-			gemmQ8x16VNNI(unsafe.Pointer(&w.Data[0]), nb*34, rows, unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[0]), nb, &out16[0], rows*4, 16, &sums[0])
+			gemmQ8x16VNNI(unsafe.Pointer(&w.Data[0]), nb*34, rows, unsafe.Pointer(&xi[0]), unsafe.Pointer(&xi[0]), nb, &out16[0], rows*4, 16, &sums[0], 4*nb*34)
 		}
 		b.ReportMetric(2*float64(rows*cols*16)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})

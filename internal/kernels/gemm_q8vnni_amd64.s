@@ -168,9 +168,11 @@ done:
 	VMULPS Z20, Z15, Z15; \
 	VFMADD231PS Z15, S, ACC
 
-// func gemmQ8x16VNNI(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, nb int, out *float32, ostride, ntok int, sums *int32)
+// func gemmQ8x16VNNI(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, nb int, out *float32, ostride, ntok int, sums *int32, ahead int)
 // writes out[t*ostride/4 + r] for r < rows, t < ntok (ostride in bytes).
-TEXT ·gemmQ8x16VNNI(SB), NOSPLIT, $320-80
+// BX walks the four rows ahead bytes on from each group's, a block's
+// share (136 bytes) at a time.
+TEXT ·gemmQ8x16VNNI(SB), NOSPLIT, $320-88
 	QENTRY(out+48, Q8V_CONST, done)
 	VPBROADCASTD X8, Z8
 	MOVQ sums+72(FP), R9
@@ -178,8 +180,8 @@ TEXT ·gemmQ8x16VNNI(SB), NOSPLIT, $320-80
 
 group:
 	ROWOFFS
-	MOVQ rowBytes+8(FP), AX
-	LEAQ (SI)(AX*4), BX
+	MOVQ ahead+80(FP), BX
+	ADDQ SI, BX
 	MOVQ xa+24(FP), R8
 	MOVQ xb+32(FP), R10
 	MOVQ 0(SP), R9
