@@ -54,6 +54,14 @@ type Runner struct {
 	prods      [3]kernels.Product // MatMuls argument, kept to not allocate
 	kvOff      []int32            // head -> offset of its key/value head in a cache row
 	attnGroups int                // head groups per token in the current attention loop
+
+	// The per-token passes (tokens.go): the layer they run for, each
+	// token's cache slot (nil where its sequence failed) and whether it
+	// holds binary16, and the passes as method values, made once.
+	layerIdx                   int
+	kSlot, vSlot               [][]float32
+	slotF16                    []bool
+	prepFn, residualFn, siluFn func(chunk, lo, hi int)
 }
 
 // NewRunner returns a Runner for batches of up to maxTokens tokens in all,
@@ -90,6 +98,10 @@ func (m *Model) NewRunner(pool *kernels.Pool, maxTokens, maxContext int) *Runner
 	r.sin = make([]float32, maxTokens*c.RopeDim/2)
 	r.tokSeq = make([]int32, maxTokens)
 	r.tokPos = make([]int32, maxTokens)
+	r.kSlot = make([][]float32, maxTokens)
+	r.vSlot = make([][]float32, maxTokens)
+	r.slotF16 = make([]bool, maxTokens)
+	r.prepFn, r.residualFn, r.siluFn = r.prepTokens, r.residualTokens, r.siluTokens
 	return r
 }
 
@@ -234,42 +246,32 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	r.prods[1] = kernels.Product{W: &w.K, Out: r.k[:n*KVD]}
 	r.prods[2] = kernels.Product{W: &w.V, Out: r.v[:n*KVD]}
 	r.pool.MatMuls(r.xb[:n*D], n, r.prods[:3])
-	for t := 0; t < n; t++ {
-		q, k, v := r.q[t*QD:(t+1)*QD], r.k[t*KVD:(t+1)*KVD], r.v[t*KVD:(t+1)*KVD]
-		if w.QBias != nil {
-			kernels.Add(q, w.QBias)
-			kernels.Add(k, w.KBias)
-			kernels.Add(v, w.VBias)
-		}
-		for h := 0; h < c.Heads; h++ {
-			r.rope(q[h*HD:(h+1)*HD], t)
-		}
-		for h := 0; h < c.KVHeads; h++ {
-			r.rope(k[h*HD:(h+1)*HD], t)
-		}
-	}
 
-	// Store keys and values, then gather each sequence's spans once per layer.
+	// Find every token's cache slot here, on the caller: a cache that
+	// fails fails its sequence, and a sequence's cache is not safe for
+	// concurrent use. Then the biases, RoPE and the stores (prepTokens),
+	// then seal what was written and gather each sequence's spans once.
 	row := 0
 	for i, s := range seqs {
-		if !r.failed[i] {
-			f16 := s.Cache.KVType() == KVF16
-			for j := range s.Tokens {
-				t := row + j
-				kd, vd, err := s.Cache.Slot(l, s.Pos+j)
-				if err != nil {
-					r.fail(i, s, err)
-					break
-				}
-				if f16 {
-					kernels.ToF16(halves(kd), r.k[t*KVD:(t+1)*KVD])
-					kernels.ToF16(halves(vd), r.v[t*KVD:(t+1)*KVD])
-				} else {
-					copy(kd, r.k[t*KVD:(t+1)*KVD])
-					copy(vd, r.v[t*KVD:(t+1)*KVD])
-				}
+		f16 := s.Cache.KVType() == KVF16
+		for j := range s.Tokens {
+			t := row + j
+			r.kSlot[t], r.vSlot[t] = nil, nil
+			if r.failed[i] {
+				continue
 			}
+			kd, vd, err := s.Cache.Slot(l, s.Pos+j)
+			if err != nil {
+				r.fail(i, s, err)
+				continue
+			}
+			r.kSlot[t], r.vSlot[t], r.slotF16[t] = kd, vd, f16
 		}
+		row += len(s.Tokens)
+	}
+	r.layerIdx = l
+	r.perToken(n, r.prepFn)
+	for i, s := range seqs {
 		if !r.failed[i] {
 			var err error
 			if sl, ok := s.Cache.(KVSealer); ok {
@@ -282,7 +284,6 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 				r.fail(i, s, err)
 			}
 		}
-		row += len(s.Tokens)
 	}
 
 	// Attention, one (token, group of heads) pair per item, spread over the
@@ -301,16 +302,13 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	r.attnGroups = (c.Heads + gs - 1) / gs
 	r.pool.For(n*r.attnGroups, r.attendFn)
 	r.pool.MatMul(r.xb2[:n*D], &w.O, r.att[:n*QD], n)
-	kernels.Add(r.x[:n*D], r.xb2[:n*D])
+	r.perToken(n, r.residualFn)
 
 	H := c.Hidden
-	for t := 0; t < n; t++ {
-		kernels.RMSNorm(r.xb[t*D:(t+1)*D], r.x[t*D:(t+1)*D], w.FFNNorm, c.NormEps)
-	}
 	r.prods[0] = kernels.Product{W: &w.Gate, Out: r.hb[:n*H]}
 	r.prods[1] = kernels.Product{W: &w.Up, Out: r.hb2[:n*H]}
 	r.pool.MatMuls(r.xb[:n*D], n, r.prods[:2])
-	kernels.SiLUMul(r.hb[:n*H], r.hb2[:n*H])
+	r.perToken(n, r.siluFn)
 	r.pool.MatMul(r.xb2[:n*D], &w.Down, r.hb[:n*H], n)
 	kernels.Add(r.x[:n*D], r.xb2[:n*D])
 }
