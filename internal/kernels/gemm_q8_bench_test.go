@@ -47,7 +47,8 @@ func BenchmarkGemmQ8Kernel(b *testing.B) {
 			b.Skip("no AVX-512 VNNI on this CPU")
 		}
 		// The same eight tokens twice, as sixteen: the rate per token
-		// is what compares with vnni's.
+		// is what compares with vnni's. One tile, so the prefetch goes to
+		// the next group, as vnni's does.
 		sums := make([]int32, (rows+3)/4*8*nb)
 		out16 := make([]float32, 16*rows)
 		for b.Loop() {

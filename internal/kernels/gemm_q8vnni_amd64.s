@@ -137,8 +137,9 @@ done:
 // Register use (zmm): Z0-Z3 and Z16-Z19 the rows' even and odd sums, Z4-Z7
 // the float accumulators (tokens 0..15 of rows 0..3), Z8 bytes of 0x80,
 // Z9 X_g flipped, Z15 scales, Z20 the sixteen tokens' scales. General: as
-// gemmQ8x8VNNI's, plus R10 group B's current block and R9 the current
-// entry of the sums table, kept at 0(SP) across the stores.
+// gemmQ8x8VNNI's, except that BX walks the rows ahead bytes on (the next
+// tile's, not the next group's), plus R10 group B's current block and R9
+// the current entry of the sums table, kept at 0(SP) across the stores.
 
 // Q16_G multiplies the four rows' weight bytes WOFF..WOFF+3 of the block
 // at DX by group g of the sixteen tokens (at XOFF in both groups' blocks)

@@ -16,8 +16,9 @@ import (
 // which on a virtual machine can take longer than a whole chunk of work:
 // the woken worker then joins the job late and the caller does most of
 // it. Between a decode step's pool passes the caller runs only short
-// serial steps (a norm, RoPE, storing K and V, quantising the next
-// input), so polling for a few hundred microseconds keeps every wake-up
+// serial steps (a norm, RoPE, storing K and V, quantising the next input;
+// from 8 tokens the model shares most of these out too), so polling for a
+// few hundred microseconds keeps every wake-up
 // off that path; parking after it keeps an idle Pool from burning a core.
 var spinFor = 200 * time.Microsecond
 

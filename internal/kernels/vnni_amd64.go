@@ -44,7 +44,10 @@ func gemmQ8x8VNNI(w unsafe.Pointer, rowBytes, rows int, xi unsafe.Pointer, nb in
 // works on a group of four rows it prefetches the group ahead bytes
 // further on: vnniTiles passes the next tile's, which q8NegSums would
 // otherwise be the first to read, at a third of the rate a stream reads
-// memory, while this kernel waits on nothing but arithmetic.
+// memory, while this kernel waits on nothing but arithmetic. (With 32
+// tokens or more each pair of groups prefetches the next tile again:
+// from the second on, the lines are in the caches and the prefetches
+// cost little.)
 //
 //go:noescape
 func gemmQ8x16VNNI(w unsafe.Pointer, rowBytes, rows int, xa, xb unsafe.Pointer, nb int, out *float32, ostride, ntok int, sums *int32, ahead int)

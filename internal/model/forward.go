@@ -247,10 +247,11 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	r.prods[2] = kernels.Product{W: &w.V, Out: r.v[:n*KVD]}
 	r.pool.MatMuls(r.xb[:n*D], n, r.prods[:3])
 
-	// Find every token's cache slot here, on the caller: a cache that
-	// fails fails its sequence, and a sequence's cache is not safe for
-	// concurrent use. Then the biases, RoPE and the stores (prepTokens),
-	// then seal what was written and gather each sequence's spans once.
+	// Find every token's cache slot here, on the caller, in order: a
+	// cache that fails fails its sequence there and then, and asks for no
+	// slot past the failure; SeqCache promises nothing about concurrent
+	// calls. Then the biases, RoPE and the stores (prepTokens), then seal
+	// what was written and gather each sequence's spans once.
 	row := 0
 	for i, s := range seqs {
 		f16 := s.Cache.KVType() == KVF16
@@ -271,6 +272,10 @@ func (r *Runner) layer(l int, seqs []*Seq, n int) {
 	}
 	r.layerIdx = l
 	r.perToken(n, r.prepFn)
+	// The slots point into the sequences' caches: held here, they would
+	// keep a finished sequence's storage from the garbage collector.
+	clear(r.kSlot[:n])
+	clear(r.vSlot[:n])
 	for i, s := range seqs {
 		if !r.failed[i] {
 			var err error
