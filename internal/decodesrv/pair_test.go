@@ -186,6 +186,18 @@ func TestHangUps(t *testing.T) {
 	// and COMMIT wait 158, 193 and 207ms (every connection draws the same).
 	p := startPair(t, setup{preFaults: "delay=300ms,seed=1"})
 	prompt := encode("Lily and Tom went to the park. They saw a big dog and a cat and a bird")
+	// opened waits until decode has received the OPEN of a transfer that
+	// started after before was read: the cuts below fall while DATA waits
+	// its 193ms, which a fixed timer cannot promise on a loaded machine.
+	const received = "bulkhead_kv_transfer_bytes_received_total"
+	opened := func(t *testing.T, before string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); p.metric(p.decURL, received) == before; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("decode received no OPEN")
+			}
+		}
+	}
 
 	t.Run("decode mid-transfer", func(t *testing.T) {
 		id := transfer.NewID().String()
@@ -194,11 +206,12 @@ func TestHangUps(t *testing.T) {
 		if ev, _ := g.next(); ev.Type != peerapi.EventReserved {
 			t.Fatalf("reserve: %+v", ev)
 		}
+		before := p.metric(p.decURL, received)
 		res := make(chan peerapi.PrefillResult)
 		go func() {
 			res <- p.prefill(context.Background(), peerapi.PrefillRequest{ID: id, Tenant: "acme", Prompt: prompt, MaxTokens: 10, DecodeKVAddr: p.kvAddr})
 		}()
-		time.Sleep(150 * time.Millisecond)
+		opened(t, before)
 		cancel()
 		g.resp.Body.Close()
 		if pr := <-res; pr.OK || pr.Error == nil {
@@ -212,10 +225,8 @@ func TestHangUps(t *testing.T) {
 		if ev, _ := g.next(); ev.Type != peerapi.EventReserved {
 			t.Fatalf("reserve: %+v", ev)
 		}
-		// The router hangs up once decode has the OPEN, while DATA waits
-		// its 193ms: prefill must then send the ABORT and never the COMMIT,
-		// which a fixed timer cannot promise on a loaded machine.
-		const received = "bulkhead_kv_transfer_bytes_received_total"
+		// The router hangs up on prefill once decode has the OPEN: prefill
+		// must then send the ABORT and never the COMMIT.
 		before := p.metric(p.decURL, received)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -223,11 +234,7 @@ func TestHangUps(t *testing.T) {
 		go func() {
 			res <- p.prefill(ctx, peerapi.PrefillRequest{ID: id, Tenant: "acme", Prompt: prompt, MaxTokens: 10, DecodeKVAddr: p.kvAddr})
 		}()
-		for deadline := time.Now().Add(10 * time.Second); p.metric(p.decURL, received) == before; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("decode received no OPEN")
-			}
-		}
+		opened(t, before)
 		cancel()
 		if pr := <-res; pr.OK {
 			t.Fatal("prefill succeeded although the router hung up")
