@@ -323,7 +323,19 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 			}
 		}
 	}
-	step := func(ev transfer.Event) { do(snd.Step(ev)) }
+	// The checksum counters move as the frames are built, before they are
+	// written, not once the transfer has ended: decode starts generating
+	// on COMMIT, so a client can have its completion, and read these
+	// metrics, before this loop has seen decode's acknowledgement.
+	var keptN, readN int
+	step := func(ev transfer.Event) {
+		acts := snd.Step(ev)
+		kept, read := snd.ChecksumSources()
+		s.tm.Checksums.WithLabelValues("kept").Add(float64(kept - keptN))
+		s.tm.Checksums.WithLabelValues("read").Add(float64(read - readN))
+		keptN, readN = kept, read
+		do(acts)
+	}
 	tick := time.NewTicker(s.opts.TickEvery)
 	defer tick.Stop()
 	cancelled := ctx.Done()
@@ -345,9 +357,6 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 			step(transfer.Cancel{ID: id, Reason: errCancelled})
 		}
 	}
-	kept, read := snd.ChecksumSources()
-	s.tm.Checksums.WithLabelValues("kept").Add(float64(kept))
-	s.tm.Checksums.WithLabelValues("read").Add(float64(read))
 	sent := cc.n.Load()
 	if ok {
 		return peerapi.PrefillResult{OK: true, FirstToken: h.FirstToken, BytesSent: sent, FirstLogprobs: peerapi.FromLogprobs(h.FirstLogprobs)}
