@@ -328,12 +328,14 @@ func (s *Server) send(ctx context.Context, id transfer.ID, req peerapi.PrefillRe
 	// on COMMIT, so a client can have its completion, and read these
 	// metrics, before this loop has seen decode's acknowledgement.
 	var keptN, readN int
+	keptC, readC := s.tm.Checksums.WithLabelValues("kept"), s.tm.Checksums.WithLabelValues("read")
 	step := func(ev transfer.Event) {
 		acts := snd.Step(ev)
-		kept, read := snd.ChecksumSources()
-		s.tm.Checksums.WithLabelValues("kept").Add(float64(kept - keptN))
-		s.tm.Checksums.WithLabelValues("read").Add(float64(read - readN))
-		keptN, readN = kept, read
+		if kept, read := snd.ChecksumSources(); kept != keptN || read != readN {
+			keptC.Add(float64(kept - keptN))
+			readC.Add(float64(read - readN))
+			keptN, readN = kept, read
+		}
 		do(acts)
 	}
 	tick := time.NewTicker(s.opts.TickEvery)
