@@ -18,8 +18,8 @@ import (
 // it. Between a decode step's pool passes the caller runs only short
 // serial steps (a norm, RoPE, storing K and V, quantising the next input;
 // from 8 tokens the model shares most of these out too), so polling for a
-// few hundred microseconds keeps every wake-up
-// off that path; parking after it keeps an idle Pool from burning a core.
+// few hundred microseconds keeps every wake-up off that path; parking
+// after it keeps an idle Pool from burning a core.
 var spinFor = 200 * time.Microsecond
 
 // spinCheck is how many polls go between two readings of the clock.

@@ -4,15 +4,16 @@ import "github.com/bulkhead-llm/bulkhead/internal/kernels"
 
 // Most of the per-token work between a layer's products (the projections'
 // biases, RoPE and the cache stores; the residual add and the FFN's norm;
-// SiLU) runs on the Pool's threads when a step carries many tokens. The
-// attention's norm and the last residual add stay on the caller: a tenth
-// of the rest, not worth a pass of their own. On the
+// SiLU) runs on the Pool's threads when a step carries many tokens. On the
 // calling goroutine alone it took about 9% of a 32-stream decode step's
 // CPU while the other threads spun; shared, such a step (110M Q8_0, f16
-// cache, position 72) takes 3-4% less time. Each token's values depend
-// on that token's rows only, and the kernels give the same bits on any
-// split of the rows (SiLUMul's SIMD body gives its scalar loop's), so
-// where a token runs changes nothing.
+// cache, position 72) takes 3-4% less time. The attention's norm and the
+// last residual add stay on the caller: a tenth of the rest, not worth a
+// pass of their own.
+//
+// Each token's values depend on that token's rows only, and the kernels
+// give the same bits on any split of the rows (SiLUMul's SIMD body gives
+// its scalar loop's), so where a token runs changes nothing.
 
 // parallelTokens is the fewest tokens whose per-token work the Pool
 // shares; below it a pass's hand-off costs more than the work.
